@@ -1,0 +1,1 @@
+"""Topology files and the namespace launcher for emulation runs."""

@@ -1,0 +1,1 @@
+"""Beamer control plane: model, policies, quantisation, P4Runtime client, controller."""

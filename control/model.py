@@ -1,0 +1,103 @@
+"""Domain model shared by workloads, policies, simulator and controller.
+
+A tuning *experiment* (one successive-halving run or one Hyperband bracket)
+runs *stages*; a stage runs *trials*; each trial iterates, and every
+iteration ends with a synchronisation *coflow* made of *flows* between hosts.
+The description here is static (what will run); progress lives in
+:mod:`control.policies.base` snapshots.
+
+Ports follow the big-switch convention: host ``h`` has a sender port
+``h`` (its uplink) and a receiver port ``num_hosts + h`` (its downlink).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class CoflowKey(NamedTuple):
+    """Identifies one iteration's synchronisation coflow of one trial."""
+
+    experiment_id: int
+    stage_id: int
+    trial_id: int
+    iteration: int
+
+
+class StageKey(NamedTuple):
+    """Identifies one stage of one experiment (the unit of SCT)."""
+
+    experiment_id: int
+    stage_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """Bytes one host sends to another within a coflow."""
+
+    src_host: int
+    dst_host: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrialStage:
+    """What one trial runs in one stage: ``iterations`` × (compute, then sync)."""
+
+    trial_id: int
+    iterations: int
+    compute_s: float
+    sync_flows: tuple[Flow, ...]
+    hosts: tuple[int, ...] = ()
+
+    @property
+    def sync_bytes(self) -> int:
+        return sum(flow.size_bytes for flow in self.sync_flows)
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A stage ends when all of its trials have finished their iterations."""
+
+    stage_id: int
+    trials: tuple[TrialStage, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.iterations * t.sync_bytes for t in self.trials)
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """A tuning experiment; stage i+1 is released when stage i completes."""
+
+    experiment_id: int
+    arrival_s: float
+    stages: tuple[Stage, ...]
+    kind: str = "sha"
+    weight: float = 1.0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(stage.total_bytes for stage in self.stages)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A whole run: hosts with their link rate and the experiments that arrive."""
+
+    num_hosts: int
+    link_bps: float
+    experiments: tuple[Experiment, ...]
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_ports(self) -> int:
+        return 2 * self.num_hosts
+
+    def sender_port(self, host: int) -> int:
+        return host
+
+    def receiver_port(self, host: int) -> int:
+        return self.num_hosts + host

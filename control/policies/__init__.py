@@ -1,0 +1,1 @@
+"""Scheduling policies, one module each, behind :class:`control.policies.base.Policy`."""

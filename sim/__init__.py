@@ -1,0 +1,1 @@
+"""Flow-level (fluid) simulator of a big switch."""

@@ -1,0 +1,1 @@
+"""Embedded P4 target: P4-16 frontend, pipeline, traffic manager, ports, P4Runtime server."""

@@ -1,0 +1,1 @@
+"""Workloads: hyper-parameter tuning generator, Coflow-Benchmark reader, JSON format."""
