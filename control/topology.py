@@ -1,0 +1,478 @@
+"""Topology files: load, validate, and derive each switch's IPv4 forwarding.
+
+A topology file (``bmv2_topos/*.json``) names the switches (P4Runtime address,
+device id), the hosts (one interface each: IP, prefix length, MAC) and the
+links between them, with switch ports numbered explicitly. Every mistake is
+reported as one :class:`~control.errors.UserError` naming the file and the
+field (``links[2].port1``), before anything is started.
+
+Forwarding is destination-based shortest paths by hop count. Among equal-cost
+next hops the one reached through the lowest egress port wins, so the choice
+is deterministic (independent of the order of the file) and, because every
+switch follows the same per-destination distance field, loop-free.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+
+from control.errors import UserError
+
+MAX_PORT = 510
+"""Highest usable v1model port: ports are 9 bits and 511 means drop."""
+
+Target = Literal["embedded", "bmv2"]
+
+_MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+"""Node names become interface names (``h1-eth0``), so keep them short and plain."""
+
+_TOP_KEYS = {"name", "switches", "hosts", "links", "description"}
+_SWITCH_KEYS = {"name", "device_id", "grpc_addr", "thrift_port", "target"}
+_HOST_KEYS = {"name", "ip", "prefix_len", "mac"}
+_LINK_KEYS = {"node1", "port1", "node2", "port2", "rate_mbps"}
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchSpec:
+    """One P4Runtime switch: where to reach it and which target it runs."""
+
+    name: str
+    device_id: int
+    grpc_addr: str
+    thrift_port: int | None = None
+    target: Target | None = None
+    """``None``: the controller's default (CLI flag) decides."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpec:
+    """One host with its single interface ``eth0``."""
+
+    name: str
+    ip: ipaddress.IPv4Address
+    prefix_len: int
+    mac: str
+
+    @property
+    def interface(self) -> ipaddress.IPv4Interface:
+        return ipaddress.IPv4Interface(f"{self.ip}/{self.prefix_len}")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One end of a link; ``port`` is set for switches, ``None`` for hosts (eth0)."""
+
+    node: str
+    port: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """A full-duplex link; ``rate_mbps`` ``None`` means not shaped."""
+
+    end1: Endpoint
+    end2: Endpoint
+    rate_mbps: float | None
+
+    def other(self, node: str) -> Endpoint:
+        return self.end2 if self.end1.node == node else self.end1
+
+    def end_of(self, node: str) -> Endpoint:
+        return self.end1 if self.end1.node == node else self.end2
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One ``ipv4_lpm`` entry: packets for ``dst`` leave on ``egress_port``
+    with their destination MAC rewritten to ``dst_mac``.
+
+    The MAC written is the destination host's at every hop: the switches are
+    P4 programs that do not filter on MAC, and the last hop needs exactly it.
+    """
+
+    dst: ipaddress.IPv4Network
+    egress_port: int
+    dst_mac: str
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A validated topology; build it with :func:`load_topology` or :func:`parse_topology`."""
+
+    name: str
+    switches: tuple[SwitchSpec, ...]
+    hosts: tuple[HostSpec, ...]
+    links: tuple[LinkSpec, ...]
+    source: str = "<topology>"
+
+    # --- lookups -----------------------------------------------------------------
+
+    def switch(self, name: str) -> SwitchSpec:
+        for spec in self.switches:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def host(self, name: str) -> HostSpec:
+        for spec in self.hosts:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def host_index(self, name: str) -> int:
+        """Position of a host in the file: its number in the big-switch port model."""
+        for index, spec in enumerate(self.hosts):
+            if spec.name == name:
+                return index
+        raise KeyError(name)
+
+    def host_by_ip(self, ip: str | ipaddress.IPv4Address) -> HostSpec:
+        address = ipaddress.IPv4Address(ip)
+        for spec in self.hosts:
+            if spec.ip == address:
+                return spec
+        raise KeyError(str(ip))
+
+    def host_link(self, host: str) -> LinkSpec:
+        """The one link of a host (validation guarantees exactly one)."""
+        for link in self.links:
+            if host in (link.end1.node, link.end2.node):
+                return link
+        raise KeyError(host)
+
+    def links_of(self, node: str) -> list[LinkSpec]:
+        return [link for link in self.links if node in (link.end1.node, link.end2.node)]
+
+    def switch_ports(self, switch: str) -> dict[int, LinkSpec]:
+        """Port number → link, for one switch."""
+        ports: dict[int, LinkSpec] = {}
+        for link in self.links_of(switch):
+            port = link.end_of(switch).port
+            assert port is not None
+            ports[port] = link
+        return dict(sorted(ports.items()))
+
+    # --- graph and forwarding ----------------------------------------------------
+
+    def graph(self) -> nx.Graph:
+        """Nodes carry ``kind`` (switch/host); edges carry the lowest-port link."""
+        graph = nx.Graph()
+        for switch in self.switches:
+            graph.add_node(switch.name, kind="switch")
+        for host in self.hosts:
+            graph.add_node(host.name, kind="host")
+        for link in self.links:
+            a, b = link.end1.node, link.end2.node
+            if graph.has_edge(a, b):
+                kept: LinkSpec = graph.edges[a, b]["link"]
+                if _link_sort_key(link) >= _link_sort_key(kept):
+                    continue
+            graph.add_edge(a, b, link=link)
+        return graph
+
+    def routes(self) -> dict[str, list[Route]]:
+        """Per switch name, one /32 route per host, sorted by destination address."""
+        graph = self.graph()
+        switch_names = {s.name for s in self.switches}
+        routes: dict[str, list[Route]] = {s.name: [] for s in self.switches}
+        for host in sorted(self.hosts, key=lambda h: int(h.ip)):
+            distance: dict[str, int] = nx.single_source_shortest_path_length(graph, host.name)
+            for switch in self.switches:
+                hops = distance.get(switch.name)
+                if hops is None:
+                    continue
+                best: tuple[int, str] | None = None
+                for neighbour in graph.neighbors(switch.name):
+                    if distance.get(neighbour) != hops - 1:
+                        continue
+                    if neighbour in switch_names or neighbour == host.name:
+                        link: LinkSpec = graph.edges[switch.name, neighbour]["link"]
+                        port = link.end_of(switch.name).port
+                        assert port is not None
+                        if best is None or port < best[0]:
+                            best = (port, neighbour)
+                if best is None:
+                    continue
+                routes[switch.name].append(
+                    Route(
+                        dst=ipaddress.IPv4Network(f"{host.ip}/32"),
+                        egress_port=best[0],
+                        dst_mac=host.mac.lower(),
+                        host=host.name,
+                    )
+                )
+        return routes
+
+
+def _link_sort_key(link: LinkSpec) -> tuple[int, int]:
+    return (link.end1.port or 0, link.end2.port or 0)
+
+
+# --- loading and validation -----------------------------------------------------------
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Read and validate a topology file; every error names the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"{path}: cannot read topology file: {error.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
+    return parse_topology(raw, source=str(path))
+
+
+def parse_topology(raw: Any, source: str = "<topology>") -> Topology:
+    """Validate an already-decoded topology document."""
+    return _Parser(source).parse(raw)
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, field: str, message: str) -> UserError:
+        return UserError(f"{self.source}: {field}: {message}")
+
+    # -- typed field readers --
+
+    def obj(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"expected an object, got {_kind(value)}")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(
+                f"{field}.{unknown[0]}" if field else unknown[0],
+                f"unknown field (allowed: {', '.join(sorted(allowed))})",
+            )
+        return value
+
+    def required(self, obj: Mapping[str, Any], key: str, field: str) -> Any:
+        if key not in obj:
+            raise self.fail(field, "missing required field")
+        return obj[key]
+
+    def string(self, value: Any, field: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(field, f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, field: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(field, f"expected an integer, got {_kind(value)}")
+        if not low <= value <= high:
+            raise self.fail(field, f"{value} is out of range {low}..{high}")
+        return value
+
+    def node_name(self, value: Any, field: str) -> str:
+        name = self.string(value, field)
+        if not _NAME_RE.match(name):
+            raise self.fail(
+                field,
+                f"{name!r} is not a valid node name (a letter, then up to 14 letters, "
+                "digits, '_' or '-')",
+            )
+        return name
+
+    def listing(self, value: Any, field: str, non_empty: bool) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(field, f"expected a list, got {_kind(value)}")
+        if non_empty and not value:
+            raise self.fail(field, "must not be empty")
+        return value
+
+    # -- sections --
+
+    def parse(self, raw: Any) -> Topology:
+        top = self.obj(raw, "", _TOP_KEYS)
+        name = self.string(self.required(top, "name", "name"), "name")
+        switches = self.switches(self.required(top, "switches", "switches"))
+        hosts = self.hosts(self.required(top, "hosts", "hosts"), {s.name for s in switches})
+        links = self.links(self.required(top, "links", "links"), switches, hosts)
+        topology = Topology(name, tuple(switches), tuple(hosts), tuple(links), self.source)
+        self.check_connected(topology)
+        return topology
+
+    def switches(self, value: Any) -> list[SwitchSpec]:
+        specs: list[SwitchSpec] = []
+        names: dict[str, int] = {}
+        addresses: dict[str, int] = {}
+        for index, item in enumerate(self.listing(value, "switches", non_empty=True)):
+            field = f"switches[{index}]"
+            obj = self.obj(item, field, _SWITCH_KEYS)
+            name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
+            if name in names:
+                raise self.fail(
+                    f"{field}.name", f"duplicate name {name!r} (switches[{names[name]}])"
+                )
+            names[name] = index
+            device_id = self.integer(
+                self.required(obj, "device_id", f"{field}.device_id"),
+                f"{field}.device_id",
+                0,
+                2**64 - 1,
+            )
+            grpc_addr = self.address(
+                self.required(obj, "grpc_addr", f"{field}.grpc_addr"), f"{field}.grpc_addr"
+            )
+            if grpc_addr in addresses:
+                raise self.fail(
+                    f"{field}.grpc_addr",
+                    f"{grpc_addr} is already used by switches[{addresses[grpc_addr]}]",
+                )
+            addresses[grpc_addr] = index
+            thrift_port = None
+            if obj.get("thrift_port") is not None:
+                thrift_port = self.integer(obj["thrift_port"], f"{field}.thrift_port", 1, 65535)
+            target: Target | None = None
+            if obj.get("target") is not None:
+                if obj["target"] not in ("embedded", "bmv2"):
+                    raise self.fail(
+                        f"{field}.target", f"{obj['target']!r} is not one of 'embedded', 'bmv2'"
+                    )
+                target = obj["target"]
+            specs.append(SwitchSpec(name, device_id, grpc_addr, thrift_port, target))
+        return specs
+
+    def address(self, value: Any, field: str) -> str:
+        text = self.string(value, field)
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise self.fail(field, f"{text!r} is not HOST:PORT")
+        return text
+
+    def hosts(self, value: Any, switch_names: set[str]) -> list[HostSpec]:
+        specs: list[HostSpec] = []
+        names: dict[str, int] = {}
+        ips: dict[ipaddress.IPv4Address, int] = {}
+        macs: dict[str, int] = {}
+        for index, item in enumerate(self.listing(value, "hosts", non_empty=True)):
+            field = f"hosts[{index}]"
+            obj = self.obj(item, field, _HOST_KEYS)
+            name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
+            if name in switch_names:
+                raise self.fail(f"{field}.name", f"{name!r} is already the name of a switch")
+            if name in names:
+                raise self.fail(f"{field}.name", f"duplicate name {name!r} (hosts[{names[name]}])")
+            names[name] = index
+            ip_text = self.string(self.required(obj, "ip", f"{field}.ip"), f"{field}.ip")
+            try:
+                ip = ipaddress.IPv4Address(ip_text)
+            except ValueError:
+                raise self.fail(f"{field}.ip", f"{ip_text!r} is not an IPv4 address") from None
+            if ip in ips:
+                raise self.fail(f"{field}.ip", f"{ip} is already used by hosts[{ips[ip]}]")
+            ips[ip] = index
+            prefix_len = self.integer(obj.get("prefix_len", 24), f"{field}.prefix_len", 1, 32)
+            mac = self.string(self.required(obj, "mac", f"{field}.mac"), f"{field}.mac").lower()
+            if not _MAC_RE.match(mac):
+                raise self.fail(f"{field}.mac", f"{mac!r} is not a MAC address aa:bb:cc:dd:ee:ff")
+            if int(mac[:2], 16) & 1:
+                raise self.fail(f"{field}.mac", f"{mac} is a multicast address")
+            if mac in macs:
+                raise self.fail(f"{field}.mac", f"{mac} is already used by hosts[{macs[mac]}]")
+            macs[mac] = index
+            specs.append(HostSpec(name, ip, prefix_len, mac))
+        return specs
+
+    def links(
+        self, value: Any, switches: list[SwitchSpec], hosts: list[HostSpec]
+    ) -> list[LinkSpec]:
+        switch_names = {s.name for s in switches}
+        host_names = {h.name for h in hosts}
+        used_ports: dict[tuple[str, int], int] = {}
+        host_links: dict[str, int] = {}
+        specs: list[LinkSpec] = []
+        for index, item in enumerate(self.listing(value, "links", non_empty=True)):
+            field = f"links[{index}]"
+            obj = self.obj(item, field, _LINK_KEYS)
+            ends: list[Endpoint] = []
+            for side in ("1", "2"):
+                node_field = f"{field}.node{side}"
+                node = self.string(self.required(obj, f"node{side}", node_field), node_field)
+                port_field = f"{field}.port{side}"
+                if node in switch_names:
+                    port = self.integer(
+                        self.required(obj, f"port{side}", port_field), port_field, 0, MAX_PORT
+                    )
+                    if (node, port) in used_ports:
+                        raise self.fail(
+                            port_field,
+                            f"port {port} of {node} is already used by "
+                            f"links[{used_ports[node, port]}]",
+                        )
+                    used_ports[node, port] = index
+                    ends.append(Endpoint(node, port))
+                elif node in host_names:
+                    if obj.get(f"port{side}") is not None:
+                        raise self.fail(port_field, f"{node} is a host; hosts have one interface")
+                    if node in host_links:
+                        raise self.fail(
+                            node_field,
+                            f"host {node} already has a link (links[{host_links[node]}]); "
+                            "hosts have one interface",
+                        )
+                    host_links[node] = index
+                    ends.append(Endpoint(node, None))
+                else:
+                    raise self.fail(node_field, f"unknown node {node!r}")
+            if ends[0].node == ends[1].node:
+                raise self.fail(field, f"links {ends[0].node} to itself")
+            if ends[0].port is None and ends[1].port is None:
+                raise self.fail(field, "links two hosts; a host must connect to a switch")
+            rate: float | None = None
+            if obj.get("rate_mbps") is not None:
+                rate_value = obj["rate_mbps"]
+                if (
+                    isinstance(rate_value, bool)
+                    or not isinstance(rate_value, int | float)
+                    or not rate_value > 0
+                ):
+                    raise self.fail(
+                        f"{field}.rate_mbps", f"expected a positive number, got {rate_value!r}"
+                    )
+                rate = float(rate_value)
+            specs.append(LinkSpec(ends[0], ends[1], rate))
+        for host in hosts:
+            if host.name not in host_links:
+                raise self.fail("links", f"host {host.name} has no link")
+        return specs
+
+    def check_connected(self, topology: Topology) -> None:
+        graph = topology.graph()
+        components = sorted(
+            (sorted(component) for component in nx.connected_components(graph)),
+            key=lambda names: names[0],
+        )
+        if len(components) > 1:
+            raise self.fail(
+                "links",
+                "the network is not connected: "
+                + " | ".join(", ".join(component) for component in components),
+            )
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)

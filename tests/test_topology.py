@@ -1,0 +1,253 @@
+"""Topology loading, validation messages and shortest-path forwarding."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from control.errors import UserError
+from control.topology import load_topology, parse_topology
+
+
+def _host(index: int) -> dict[str, Any]:
+    return {
+        "name": f"h{index}",
+        "ip": f"10.0.0.{index}",
+        "prefix_len": 24,
+        "mac": f"02:00:00:00:00:{index:02x}",
+    }
+
+
+def _single_switch() -> dict[str, Any]:
+    return {
+        "name": "single_switch",
+        "switches": [
+            {"name": "s1", "device_id": 0, "grpc_addr": "127.0.0.1:9559", "thrift_port": 9090}
+        ],
+        "hosts": [_host(1), _host(2), _host(3)],
+        "links": [
+            {"node1": f"h{i}", "node2": "s1", "port2": i, "rate_mbps": 20} for i in (1, 2, 3)
+        ],
+    }
+
+
+def _line() -> dict[str, Any]:
+    """h1 - s1 - s2 - s3 - h3, with h2 on s2."""
+    switch = [
+        {"name": f"s{i}", "device_id": i - 1, "grpc_addr": f"127.0.0.1:{9558 + i}"}
+        for i in (1, 2, 3)
+    ]
+    return {
+        "name": "line",
+        "switches": switch,
+        "hosts": [_host(1), _host(2), _host(3)],
+        "links": [
+            {"node1": "h1", "node2": "s1", "port2": 1},
+            {"node1": "s1", "port1": 9, "node2": "s2", "port2": 8},
+            {"node1": "h2", "node2": "s2", "port2": 2},
+            {"node1": "s2", "port1": 7, "node2": "s3", "port2": 6},
+            {"node1": "s3", "port1": 3, "node2": "h3"},
+        ],
+    }
+
+
+def _diamond() -> dict[str, Any]:
+    """s1 reaches s4 through s2 (port 5) or s3 (port 4): equal cost."""
+    switch = [
+        {"name": f"s{i}", "device_id": i, "grpc_addr": f"127.0.0.1:{9600 + i}"}
+        for i in (1, 2, 3, 4)
+    ]
+    return {
+        "name": "diamond",
+        "switches": switch,
+        "hosts": [_host(1), _host(4)],
+        "links": [
+            {"node1": "h1", "node2": "s1", "port2": 1},
+            {"node1": "s1", "port1": 5, "node2": "s2", "port2": 1},
+            {"node1": "s1", "port1": 4, "node2": "s3", "port2": 1},
+            {"node1": "s2", "port1": 2, "node2": "s4", "port2": 2},
+            {"node1": "s3", "port1": 2, "node2": "s4", "port2": 3},
+            {"node1": "h4", "node2": "s4", "port2": 1},
+        ],
+    }
+
+
+def _routes(raw: dict[str, Any]) -> dict[str, dict[str, tuple[int, str]]]:
+    topology = parse_topology(raw)
+    return {
+        switch: {str(route.dst): (route.egress_port, route.dst_mac) for route in routes}
+        for switch, routes in topology.routes().items()
+    }
+
+
+def test_single_switch_routes_every_host_to_its_port() -> None:
+    routes = _routes(_single_switch())
+    assert routes == {
+        "s1": {
+            "10.0.0.1/32": (1, "02:00:00:00:00:01"),
+            "10.0.0.2/32": (2, "02:00:00:00:00:02"),
+            "10.0.0.3/32": (3, "02:00:00:00:00:03"),
+        }
+    }
+
+
+def test_line_routes_follow_the_path_in_both_directions() -> None:
+    routes = _routes(_line())
+    assert routes["s1"] == {
+        "10.0.0.1/32": (1, "02:00:00:00:00:01"),
+        "10.0.0.2/32": (9, "02:00:00:00:00:02"),
+        "10.0.0.3/32": (9, "02:00:00:00:00:03"),
+    }
+    assert routes["s2"] == {
+        "10.0.0.1/32": (8, "02:00:00:00:00:01"),
+        "10.0.0.2/32": (2, "02:00:00:00:00:02"),
+        "10.0.0.3/32": (7, "02:00:00:00:00:03"),
+    }
+    assert routes["s3"]["10.0.0.1/32"] == (6, "02:00:00:00:00:01")
+    assert routes["s3"]["10.0.0.3/32"] == (3, "02:00:00:00:00:03")
+
+
+def test_equal_cost_choice_takes_lowest_port_whatever_the_file_order() -> None:
+    raw = _diamond()
+    expected = _routes(raw)
+    assert expected["s1"]["10.0.0.4/32"][0] == 4  # via s3, the lower port
+    assert expected["s4"]["10.0.0.1/32"][0] == 2  # via s2, the lower port
+    rng = random.Random(7)
+    for _ in range(5):
+        shuffled = copy.deepcopy(raw)
+        rng.shuffle(shuffled["links"])
+        rng.shuffle(shuffled["switches"])
+        rng.shuffle(shuffled["hosts"])
+        assert _routes(shuffled) == expected
+
+
+def _walk(raw: dict[str, Any], start_switch: str, dst: str) -> list[str]:
+    """Follow the routes hop by hop; returns the nodes visited."""
+    topology = parse_topology(raw)
+    routes = topology.routes()
+    node, visited = start_switch, [start_switch]
+    while node in routes:
+        route = next(r for r in routes[node] if r.dst.network_address == ipaddress.ip_address(dst))
+        link = topology.switch_ports(node)[route.egress_port]
+        node = link.other(node).node
+        visited.append(node)
+        assert len(visited) < 10, f"forwarding loop {visited}"
+    return visited
+
+
+def test_routes_reach_the_host_on_a_shortest_path() -> None:
+    assert _walk(_line(), "s1", "10.0.0.3") == ["s1", "s2", "s3", "h3"]
+    assert _walk(_diamond(), "s4", "10.0.0.1") == ["s4", "s2", "s1", "h1"]
+    assert _walk(_diamond(), "s1", "10.0.0.4") == ["s1", "s3", "s4", "h4"]
+
+
+def test_graph_and_lookups() -> None:
+    topology = parse_topology(_line())
+    graph = topology.graph()
+    assert graph.nodes["s1"]["kind"] == "switch"
+    assert graph.nodes["h2"]["kind"] == "host"
+    assert graph.number_of_edges() == 5
+    assert topology.host_index("h3") == 2
+    assert topology.host_by_ip("10.0.0.2").name == "h2"
+    assert topology.host("h1").interface == ipaddress.IPv4Interface("10.0.0.1/24")
+    assert sorted(topology.switch_ports("s2")) == [2, 7, 8]
+    assert topology.host_link("h3").end_of("s3").port == 3
+
+
+def test_load_topology_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_single_switch()))
+    topology = load_topology(path)
+    assert topology.name == "single_switch"
+    assert topology.switch("s1").thrift_port == 9090
+    assert topology.links[0].rate_mbps == 20.0
+
+
+def test_bad_json_names_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text('{\n  "name": "x",\n  "switches": [,]\n}')
+    with pytest.raises(UserError, match=r"t\.json:3:\d+: invalid JSON"):
+        load_topology(path)
+
+
+def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read topology file"):
+        load_topology(tmp_path / "absent.json")
+
+
+def _mutated(mutate: Any) -> dict[str, Any]:
+    raw = _line()
+    mutate(raw)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda r: r.pop("switches"), r"switches: missing required field"),
+        (lambda r: r.update(colour=1), r"colour: unknown field"),
+        (lambda r: r["switches"][1].update(device_id=-1), r"switches\[1\]\.device_id: -1 is out"),
+        (
+            lambda r: r["switches"][1].update(device_id="0"),
+            r"switches\[1\]\.device_id: expected an integer",
+        ),
+        (
+            lambda r: r["switches"][2].update(grpc_addr="127.0.0.1:9559"),
+            r"switches\[2\]\.grpc_addr: 127.0.0.1:9559 is already used by switches\[0\]",
+        ),
+        (
+            lambda r: r["switches"][0].update(grpc_addr="localhost"),
+            r"switches\[0\]\.grpc_addr: 'localhost' is not HOST:PORT",
+        ),
+        (lambda r: r["switches"][0].update(target="tofino"), r"switches\[0\]\.target"),
+        (lambda r: r["switches"][1].update(name="s1"), r"switches\[1\]\.name: duplicate name"),
+        (lambda r: r["hosts"][0].update(name="s2"), r"hosts\[0\]\.name: 's2' is already"),
+        (lambda r: r["hosts"][1].update(ip="10.0.0.256"), r"hosts\[1\]\.ip: .* not an IPv4"),
+        (lambda r: r["hosts"][1].update(ip="10.0.0.1"), r"hosts\[1\]\.ip: 10.0.0.1 is already"),
+        (lambda r: r["hosts"][2].update(mac="02:00:00:00:00"), r"hosts\[2\]\.mac: .* not a MAC"),
+        (
+            lambda r: r["hosts"][2].update(mac="01:00:00:00:00:09"),
+            r"hosts\[2\]\.mac: 01:00:00:00:00:09 is a multicast",
+        ),
+        (lambda r: r["hosts"][2].update(prefix_len=33), r"hosts\[2\]\.prefix_len: 33 is out"),
+        (
+            lambda r: r["hosts"][2].update(name="h 3"),
+            r"hosts\[2\]\.name: 'h 3' is not a valid node name",
+        ),
+        (lambda r: r["links"][0].update(node2="s9"), r"links\[0\]\.node2: unknown node 's9'"),
+        (lambda r: r["links"][0].pop("port2"), r"links\[0\]\.port2: missing required field"),
+        (lambda r: r["links"][0].update(port2=511), r"links\[0\]\.port2: 511 is out of range"),
+        (
+            lambda r: r["links"][2].update(port2=8),
+            r"links\[2\]\.port2: port 8 of s2 is already used by links\[1\]",
+        ),
+        (lambda r: r["links"][0].update(port1=3), r"links\[0\]\.port1: h1 is a host"),
+        (lambda r: r["links"][1].update(rate_mbps=0), r"links\[1\]\.rate_mbps: expected a pos"),
+        (lambda r: r["links"][1].update(node2="s1", port2=2), r"links\[1\]: links s1 to itself"),
+        (
+            lambda r: r["links"].append({"node1": "h1", "node2": "s3", "port2": 9}),
+            r"links\[5\]\.node1: host h1 already has a link",
+        ),
+        (lambda r: r["links"].pop(2), r"links: host h2 has no link"),
+        (lambda r: r["links"].pop(3), r"links: the network is not connected"),
+        (lambda r: r.update(links=[]), r"links: must not be empty"),
+    ],
+)
+def test_validation_names_the_field(mutate: Any, message: str) -> None:
+    with pytest.raises(UserError, match=r"^<topology>: " + message):
+        parse_topology(_mutated(mutate))
+
+
+def test_validation_error_names_the_file(tmp_path: Path) -> None:
+    raw = _line()
+    raw["hosts"][0]["mac"] = "nope"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(UserError, match=r"bad\.json: hosts\[0\]\.mac"):
+        load_topology(path)
