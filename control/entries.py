@@ -1,0 +1,424 @@
+"""Table entries the controller wants, and the smallest safe way to get there.
+
+Entries are kept by *name* with integer values (:class:`Entry`), so desired and
+installed sets compare exactly whatever byte padding a switch used; they become
+P4Runtime messages only at the edge (:func:`to_table_entry`,
+:func:`from_table_entry`).
+
+Classification entries (DESIGN.md §4): each active stage gets one stage-level
+entry (experiment_id, stage_id) → the class most of its coflows have; a coflow
+whose class differs gets a coflow-level entry, which the data plane applies
+over the stage entry. When the coflow-level entries would not fit the coflow
+table (its ``size`` in the P4Info), stages are taken in rank order and a stage
+whose overrides no longer fit keeps only its stage-level entry: the schedule
+degrades to stage granularity instead of failing.
+
+Make-before-break (:func:`plan_writes`): a key present before and after is
+MODIFYed in place; new keys are written before stale ones are deleted, so a
+packet always finds either the old or the new entry. Deletions come first only
+where a table is so full that the new entries would not fit otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from p4.v1 import p4runtime_pb2
+
+from control.model import CoflowKey, StageKey
+from control.p4runtime_client import P4Names, encode_uint, update
+from control.topology import Route
+
+MAX_UPDATES_PER_WRITE = 1000
+"""Batch bound: keeps each Write well under gRPC's 4 MiB default message limit."""
+
+
+# --- entries by name --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lpm:
+    value: int
+    prefix_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ternary:
+    value: int
+    mask: int
+
+
+MatchValue = Exact | Lpm | Ternary
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """What identifies an entry in P4Runtime: table, match and priority."""
+
+    table: str
+    match: tuple[tuple[str, MatchValue], ...]
+    priority: int = 0
+
+    def __str__(self) -> str:
+        parts = []
+        for name, value in self.match:
+            short = name.rsplit(".", 1)[-1]
+            if isinstance(value, Exact):
+                parts.append(f"{short}={value.value}")
+            elif isinstance(value, Lpm):
+                parts.append(f"{short}={value.value:#x}/{value.prefix_len}")
+            else:
+                parts.append(f"{short}={value.value:#x}&{value.mask:#x}")
+        return f"{self.table.rsplit('.', 1)[-1]}[{', '.join(parts)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionCall:
+    name: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.name.rsplit('.', 1)[-1]}({args})"
+
+
+EntryMap = dict[EntryKey, ActionCall]
+
+
+# --- the program's tables ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineLayout:
+    """Names of the tables, fields and actions of ``p4src/beamer.p4`` the controller writes.
+
+    Match-field names map a role (``experiment_id``, ``stage_id``, ``coflow_id``) to
+    the P4Info field name; a role left out is simply not part of that table's key.
+    """
+
+    forward_table: str = "MyIngress.ipv4_lpm"
+    forward_dst_field: str = "hdr.ipv4.dstAddr"
+    forward_action: str = "MyIngress.ipv4_forward"
+    forward_mac_param: str = "dstAddr"
+    forward_port_param: str = "port"
+    stage_table: str = "MyIngress.stage_class"
+    stage_fields: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "experiment_id": "hdr.beamer.experiment_id",
+            "stage_id": "hdr.beamer.stage_id",
+        }
+    )
+    stage_action: str = "MyIngress.set_stage_class"
+    coflow_table: str = "MyIngress.coflow_class"
+    coflow_fields: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "experiment_id": "hdr.beamer.experiment_id",
+            "stage_id": "hdr.beamer.stage_id",
+            "coflow_id": "hdr.beamer.coflow_id",
+        }
+    )
+    coflow_action: str = "MyIngress.set_coflow_class"
+    class_param: str = "class"
+
+
+def coflow_tag(key: CoflowKey) -> int:
+    """The 32-bit coflow id carried in the tag: ``trial_id << 16 | iteration``."""
+    return ((key.trial_id & 0xFFFF) << 16) | (key.iteration & 0xFFFF)
+
+
+def _key_for(table: str, fields: Mapping[str, str], values: Mapping[str, int]) -> EntryKey:
+    return EntryKey(
+        table, tuple(sorted(((fields[role], Exact(values[role])) for role in fields), key=_name))
+    )
+
+
+def _name(item: tuple[str, object]) -> str:
+    return item[0]
+
+
+def stage_entry(layout: PipelineLayout, stage: StageKey, klass: int) -> tuple[EntryKey, ActionCall]:
+    values = {"experiment_id": stage.experiment_id, "stage_id": stage.stage_id}
+    return (
+        _key_for(layout.stage_table, layout.stage_fields, values),
+        ActionCall(layout.stage_action, ((layout.class_param, klass),)),
+    )
+
+
+def coflow_entry(
+    layout: PipelineLayout, coflow: CoflowKey, klass: int
+) -> tuple[EntryKey, ActionCall]:
+    values = {
+        "experiment_id": coflow.experiment_id,
+        "stage_id": coflow.stage_id,
+        "coflow_id": coflow_tag(coflow),
+    }
+    return (
+        _key_for(layout.coflow_table, layout.coflow_fields, values),
+        ActionCall(layout.coflow_action, ((layout.class_param, klass),)),
+    )
+
+
+def forwarding_entries(layout: PipelineLayout, routes: Iterable[Route]) -> EntryMap:
+    """One ``ipv4_lpm`` entry per route of one switch."""
+    entries: EntryMap = {}
+    for route in routes:
+        key = EntryKey(
+            layout.forward_table,
+            (
+                (
+                    layout.forward_dst_field,
+                    Lpm(int(route.dst.network_address), route.dst.prefixlen),
+                ),
+            ),
+        )
+        mac = int(route.dst_mac.replace(":", ""), 16)
+        entries[key] = ActionCall(
+            layout.forward_action,
+            ((layout.forward_mac_param, mac), (layout.forward_port_param, route.egress_port)),
+        )
+    return entries
+
+
+# --- classes → desired classification entries ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPlan:
+    """The classification entries wanted, and what had to give way."""
+
+    entries: EntryMap
+    stage_classes: dict[StageKey, int]
+    overrides: dict[CoflowKey, int]
+    fallback_stages: tuple[StageKey, ...]
+    """Stages whose coflow-level entries did not fit: they run at stage granularity."""
+    dropped_stages: tuple[StageKey, ...]
+    """Stages beyond the stage table's size: their packets get the default class."""
+
+
+def plan_classes(
+    ranked: Sequence[tuple[CoflowKey, int]],
+    layout: PipelineLayout,
+    coflow_table_size: int,
+    stage_table_size: int,
+    idle_stage_classes: Mapping[StageKey, int] | None = None,
+) -> ClassPlan:
+    """Desired classification entries for coflows in rank order (most urgent first).
+
+    ``idle_stage_classes``: stages still running but without an active coflow right
+    now keep the class they had, so an iteration boundary does not churn entries.
+    """
+    by_stage: dict[StageKey, list[tuple[CoflowKey, int]]] = {}
+    for coflow, klass in ranked:
+        by_stage.setdefault(StageKey(coflow.experiment_id, coflow.stage_id), []).append(
+            (coflow, klass)
+        )
+    stage_classes: dict[StageKey, int] = {}
+    wanted_overrides: dict[StageKey, list[tuple[CoflowKey, int]]] = {}
+    for stage, members in by_stage.items():
+        counts = Counter(klass for _, klass in members)
+        top = max(counts.values())
+        # Ties go to the class met first in rank order, i.e. the most urgent one.
+        klass = next(k for _, k in members if counts[k] == top)
+        stage_classes[stage] = klass
+        wanted_overrides[stage] = [(c, k) for c, k in members if k != klass]
+    for stage, klass in (idle_stage_classes or {}).items():
+        stage_classes.setdefault(stage, klass)
+
+    kept_stages = list(stage_classes)[:stage_table_size]
+    dropped = tuple(list(stage_classes)[stage_table_size:])
+    entries: EntryMap = {}
+    for stage in kept_stages:
+        key, action = stage_entry(layout, stage, stage_classes[stage])
+        entries[key] = action
+
+    overrides: dict[CoflowKey, int] = {}
+    fallback: list[StageKey] = []
+    room = coflow_table_size
+    for stage in kept_stages:
+        wanted = wanted_overrides.get(stage, [])
+        if not wanted:
+            continue
+        if len(wanted) > room:
+            fallback.append(stage)
+            continue
+        room -= len(wanted)
+        for coflow, klass in wanted:
+            overrides[coflow] = klass
+            key, action = coflow_entry(layout, coflow, klass)
+            entries[key] = action
+    return ClassPlan(
+        entries=entries,
+        stage_classes={s: stage_classes[s] for s in kept_stages},
+        overrides=overrides,
+        fallback_stages=tuple(fallback),
+        dropped_stages=dropped,
+    )
+
+
+# --- diff and ordering ------------------------------------------------------------------
+
+
+class Changes(NamedTuple):
+    inserts: EntryMap
+    modifies: EntryMap
+    deletes: EntryMap
+
+    @property
+    def empty(self) -> bool:
+        return not (self.inserts or self.modifies or self.deletes)
+
+    def __len__(self) -> int:
+        return len(self.inserts) + len(self.modifies) + len(self.deletes)
+
+
+def diff(
+    desired: Mapping[EntryKey, ActionCall], installed: Mapping[EntryKey, ActionCall]
+) -> Changes:
+    """What to write so that ``installed`` becomes ``desired``; unchanged keys are left alone."""
+    inserts = {k: a for k, a in desired.items() if k not in installed}
+    modifies = {k: a for k, a in desired.items() if k in installed and installed[k] != a}
+    deletes = {k: a for k, a in installed.items() if k not in desired}
+    return Changes(inserts, modifies, deletes)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteStep:
+    """Updates that may be applied in any order among themselves (one or more RPCs)."""
+
+    kind: str
+    """``"make-room"``, ``"make"`` or ``"break"``: why this step exists."""
+    updates: tuple[tuple[int, EntryKey, ActionCall], ...]
+
+
+def plan_writes(
+    changes: Changes,
+    installed_count: Mapping[str, int],
+    table_size: Mapping[str, int],
+) -> list[WriteStep]:
+    """Order the changes make-before-break.
+
+    A Write batch may be applied in any order, so the order is made by steps:
+    (1) ``make-room``: deletes only for tables whose new entries would not
+    otherwise fit; (2) ``make``: inserts and modifies; (3) ``break``: the other
+    deletes. Each step finishes before the next starts.
+    """
+    insert = p4runtime_pb2.Update.INSERT
+    modify = p4runtime_pb2.Update.MODIFY
+    delete = p4runtime_pb2.Update.DELETE
+    inserts_per_table = Counter(k.table for k in changes.inserts)
+    deletes_per_table = Counter(k.table for k in changes.deletes)
+    early_tables = {
+        table
+        for table, adding in inserts_per_table.items()
+        if table in table_size
+        and deletes_per_table[table]
+        and installed_count.get(table, 0) + adding > table_size[table]
+    }
+    room = tuple((delete, k, a) for k, a in changes.deletes.items() if k.table in early_tables)
+    make = tuple(
+        [(insert, k, a) for k, a in changes.inserts.items()]
+        + [(modify, k, a) for k, a in changes.modifies.items()]
+    )
+    rest = tuple((delete, k, a) for k, a in changes.deletes.items() if k.table not in early_tables)
+    steps = [WriteStep("make-room", room), WriteStep("make", make), WriteStep("break", rest)]
+    return [step for step in steps if step.updates]
+
+
+def batches(
+    step: WriteStep, names: P4Names, limit: int = MAX_UPDATES_PER_WRITE
+) -> list[list[p4runtime_pb2.Update]]:
+    """The P4Runtime updates of one step, split into Write RPCs of at most ``limit``."""
+    messages = [
+        update(kind, to_table_entry(key, action, names)) for kind, key, action in step.updates
+    ]
+    return [messages[i : i + limit] for i in range(0, len(messages), limit)]
+
+
+# --- protobuf edge ----------------------------------------------------------------------
+
+
+def to_table_entry(key: EntryKey, action: ActionCall, names: P4Names) -> p4runtime_pb2.TableEntry:
+    """Name-level entry → P4Runtime TableEntry (canonical byte strings)."""
+    table = names.table(key.table)
+    entry = p4runtime_pb2.TableEntry(table_id=table.id, priority=key.priority)
+    for field_name, value in key.match:
+        ref = table.match_field(field_name)
+        match = entry.match.add()
+        match.field_id = ref.id
+        if isinstance(value, Exact):
+            match.exact.value = encode_uint(value.value, ref.bitwidth)
+        elif isinstance(value, Lpm):
+            match.lpm.value = encode_uint(value.value, ref.bitwidth)
+            match.lpm.prefix_len = value.prefix_len
+        else:
+            match.ternary.value = encode_uint(value.value, ref.bitwidth)
+            match.ternary.mask = encode_uint(value.mask, ref.bitwidth)
+    action_ref = names.action(action.name)
+    entry.action.action.action_id = action_ref.id
+    for param_name, param_value in action.params:
+        param_ref = action_ref.param(param_name)
+        param = entry.action.action.params.add()
+        param.param_id = param_ref.id
+        param.value = encode_uint(param_value, param_ref.bitwidth)
+    return entry
+
+
+def from_table_entry(
+    entry: p4runtime_pb2.TableEntry, names: P4Names
+) -> tuple[EntryKey, ActionCall]:
+    """P4Runtime TableEntry (any padding) → name-level entry, matches in key order."""
+    table = names.tables_by_id[entry.table_id]
+    field_names = {ref.id: ref.name for ref in table.match_fields.values()}
+    match: list[tuple[str, MatchValue]] = []
+    for item in entry.match:
+        name = field_names[item.field_id]
+        which = item.WhichOneof("field_match_type")
+        value: MatchValue
+        if which == "exact":
+            value = Exact(int.from_bytes(item.exact.value, "big"))
+        elif which == "lpm":
+            value = Lpm(int.from_bytes(item.lpm.value, "big"), item.lpm.prefix_len)
+        elif which == "ternary":
+            value = Ternary(
+                int.from_bytes(item.ternary.value, "big"),
+                int.from_bytes(item.ternary.mask, "big"),
+            )
+        else:
+            raise ValueError(f"{table.name}: match kind {which} is not used by the controller")
+        match.append((name, value))
+    action_ref = names.actions_by_id[entry.action.action.action_id]
+    values = {p.param_id: int.from_bytes(p.value, "big") for p in entry.action.action.params}
+    params = tuple(
+        (ref.name, values[ref.id]) for ref in action_ref.params.values() if ref.id in values
+    )
+    return (
+        EntryKey(table.name, tuple(sorted(match, key=_name)), entry.priority),
+        ActionCall(action_ref.name, params),
+    )
+
+
+def canonical(key: EntryKey, action: ActionCall, names: P4Names) -> tuple[EntryKey, ActionCall]:
+    """Full names and sorted match fields, as :func:`from_table_entry` yields them."""
+    table = names.table(key.table).name
+    action_ref = names.action(action.name)
+    ordered = [(p, v) for p in action_ref.params for n, v in action.params if n == p]
+    return (
+        EntryKey(table, tuple(sorted(key.match, key=_name)), key.priority),
+        ActionCall(action_ref.name, tuple(ordered)),
+    )
+
+
+def canonical_map(entries: Mapping[EntryKey, ActionCall], names: P4Names) -> EntryMap:
+    result: EntryMap = {}
+    for key, action in entries.items():
+        k, a = canonical(key, action, names)
+        result[k] = a
+    return result

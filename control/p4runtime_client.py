@@ -1,0 +1,557 @@
+"""A small typed P4Runtime 1.x client: stream channel with arbitration, pipeline
+config, batched writes, reads, P4Info name look-ups and canonical byte strings.
+
+It speaks to any P4Runtime server (BMv2's ``simple_switch_grpc``, the embedded
+target, hardware) and keeps no table state of its own: callers diff and decide.
+Failures surface as :class:`P4RuntimeError` subclasses carrying the gRPC code
+and, for writes, the per-update ``p4.v1.Error`` details the spec defines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""Trailer carrying a serialised ``google.rpc.Status`` with per-update errors."""
+
+DEFAULT_TIMEOUT_S = 10.0
+
+# --- canonical byte strings (P4Runtime spec §8.4) -----------------------------------------
+
+
+def encode_uint(value: int, bitwidth: int) -> bytes:
+    """Canonical form of an unsigned ``bit<bitwidth>``: the shortest big-endian string,
+    zero as one zero byte. Raises ``ValueError`` when the value does not fit."""
+    if value < 0 or value >> bitwidth:
+        raise ValueError(f"{value} does not fit in bit<{bitwidth}>")
+    if value == 0:
+        return b"\x00"
+    return value.to_bytes((value.bit_length() + 7) // 8, "big")
+
+
+def decode_uint(data: bytes) -> int:
+    """Any-length big-endian string → int (servers may send padded forms)."""
+    return int.from_bytes(data, "big")
+
+
+# --- P4Info look-ups ------------------------------------------------------------------
+
+
+class P4NameError(KeyError):
+    """A table/action/field/counter name that the P4Info does not define."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True, slots=True)
+class MatchFieldRef:
+    id: int
+    name: str
+    bitwidth: int
+    match_type: int
+    """``p4info_pb2.MatchField.MatchType`` value (EXACT, LPM, TERNARY, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableRef:
+    id: int
+    name: str
+    size: int
+    match_fields: dict[str, MatchFieldRef]
+    action_ids: frozenset[int]
+    direct_counter_id: int | None
+
+    def match_field(self, name: str) -> MatchFieldRef:
+        try:
+            return self.match_fields[name]
+        except KeyError:
+            raise P4NameError(
+                f"table {self.name} has no match field {name!r} "
+                f"(it has: {', '.join(self.match_fields)})"
+            ) from None
+
+    @property
+    def needs_priority(self) -> bool:
+        kinds = {p4info_pb2.MatchField.TERNARY, p4info_pb2.MatchField.RANGE}
+        kinds.add(p4info_pb2.MatchField.OPTIONAL)
+        return any(f.match_type in kinds for f in self.match_fields.values())
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRef:
+    id: int
+    name: str
+    bitwidth: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRef:
+    id: int
+    name: str
+    params: dict[str, ParamRef]
+
+    def param(self, name: str) -> ParamRef:
+        try:
+            return self.params[name]
+        except KeyError:
+            raise P4NameError(
+                f"action {self.name} has no parameter {name!r} (it has: {', '.join(self.params)})"
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRef:
+    id: int
+    name: str
+    size: int
+    direct_table_id: int | None
+
+
+@dataclass
+class P4Names:
+    """Name → id index of one P4Info; full names (``MyIngress.stage_class``) and
+    unambiguous aliases or last components (``stage_class``) are both accepted."""
+
+    p4info: p4info_pb2.P4Info
+    tables: dict[str, TableRef] = field(default_factory=dict)
+    actions: dict[str, ActionRef] = field(default_factory=dict)
+    counters: dict[str, CounterRef] = field(default_factory=dict)
+    tables_by_id: dict[int, TableRef] = field(default_factory=dict)
+    actions_by_id: dict[int, ActionRef] = field(default_factory=dict)
+    _aliases: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, p4info: p4info_pb2.P4Info) -> P4Names:
+        names = cls(p4info=p4info)
+        direct: dict[int, int] = {}
+        for counter in p4info.direct_counters:
+            direct[counter.preamble.id] = counter.direct_table_id
+            names.counters[counter.preamble.name] = CounterRef(
+                counter.preamble.id, counter.preamble.name, 0, counter.direct_table_id
+            )
+        for counter in p4info.counters:
+            names.counters[counter.preamble.name] = CounterRef(
+                counter.preamble.id, counter.preamble.name, counter.size, None
+            )
+        for action in p4info.actions:
+            ref = ActionRef(
+                action.preamble.id,
+                action.preamble.name,
+                {p.name: ParamRef(p.id, p.name, p.bitwidth) for p in action.params},
+            )
+            names.actions[ref.name] = ref
+            names.actions_by_id[ref.id] = ref
+        for table in p4info.tables:
+            direct_ids = [i for i in table.direct_resource_ids if i in direct]
+            ref_t = TableRef(
+                table.preamble.id,
+                table.preamble.name,
+                table.size,
+                {
+                    m.name: MatchFieldRef(m.id, m.name, m.bitwidth, m.match_type)
+                    for m in table.match_fields
+                },
+                frozenset(r.id for r in table.action_refs),
+                direct_ids[0] if direct_ids else None,
+            )
+            names.tables[ref_t.name] = ref_t
+            names.tables_by_id[ref_t.id] = ref_t
+        for kind, entities in (
+            ("table", p4info.tables),
+            ("action", p4info.actions),
+            ("counter", [*p4info.counters, *p4info.direct_counters]),
+        ):
+            aliases: dict[str, str | None] = {}
+            for entity in entities:
+                full = entity.preamble.name
+                for alias in {entity.preamble.alias, full.rsplit(".", 1)[-1]} - {"", full}:
+                    # An alias shared by two entities is ambiguous: remember it as None.
+                    aliases[alias] = full if aliases.get(alias, full) == full else None
+            names._aliases[kind] = aliases
+        return names
+
+    def _resolve(self, kind: str, name: str, known: dict[str, object]) -> str:
+        if name in known:
+            return name
+        full = self._aliases[kind].get(name)
+        if full is None:
+            reason = "is ambiguous" if name in self._aliases[kind] else "is not in the P4Info"
+            raise P4NameError(f"{kind} {name!r} {reason}")
+        return full
+
+    def table(self, name: str) -> TableRef:
+        return self.tables[self._resolve("table", name, dict(self.tables))]
+
+    def action(self, name: str) -> ActionRef:
+        return self.actions[self._resolve("action", name, dict(self.actions))]
+
+    def counter(self, name: str) -> CounterRef:
+        return self.counters[self._resolve("counter", name, dict(self.counters))]
+
+    def has_table(self, name: str) -> bool:
+        try:
+            self.table(name)
+        except P4NameError:
+            return False
+        return True
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+class P4RuntimeError(Exception):
+    """An RPC failed; ``code`` is the gRPC status code."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class NotPrimaryError(P4RuntimeError):
+    """This client is not the primary controller of the device (PERMISSION_DENIED)."""
+
+
+class ConnectionLostError(P4RuntimeError):
+    """The server cannot be reached or the stream channel broke."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateError:
+    """One failed update of a batch: its position, gRPC code and message."""
+
+    index: int
+    code: grpc.StatusCode
+    message: str
+
+
+class WriteError(P4RuntimeError):
+    """A Write batch in which some updates failed; ``errors`` lists only the failures."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, errors: Sequence[UpdateError]) -> None:
+        detail = "; ".join(f"update {e.index}: {e.code.name}: {e.message}" for e in errors[:3])
+        more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(code, f"{message}: {detail}{more}" if detail else message)
+        self.errors = list(errors)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _code_of(number: int) -> grpc.StatusCode:
+    return _CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
+def _translate(error: grpc.RpcError, what: str) -> P4RuntimeError:
+    code: grpc.StatusCode = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details: str = (error.details() if hasattr(error, "details") else None) or str(error)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return NotPrimaryError(code, f"{what}: {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return ConnectionLostError(code, f"{what}: {details}")
+    return P4RuntimeError(code, f"{what}: {details}")
+
+
+def _update_errors(error: grpc.RpcError) -> list[UpdateError]:
+    """Per-update errors from the status-details trailer (empty when absent)."""
+    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailers or ():
+        if key != STATUS_DETAILS_KEY:
+            continue
+        status = status_pb2.Status()
+        status.ParseFromString(value)
+        failures = []
+        for index, packed in enumerate(status.details):
+            detail = p4runtime_pb2.Error()
+            if packed.Unpack(detail) and detail.canonical_code != code_pb2.OK:
+                failures.append(UpdateError(index, _code_of(detail.canonical_code), detail.message))
+        return failures
+    return []
+
+
+# --- the client -------------------------------------------------------------------------
+
+
+def election_id_of(value: int) -> p4runtime_pb2.Uint128:
+    return p4runtime_pb2.Uint128(high=value >> 64, low=value & (2**64 - 1))
+
+
+class P4RuntimeClient:
+    """One connection to one device: a stream channel (arbitration) plus unary RPCs.
+
+    ``on_stream_lost`` runs on the stream's reader thread when the channel breaks
+    (switch restart, network loss); ``on_arbitration`` whenever the server tells us
+    who is primary. ``is_primary`` follows the latest arbitration update.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        device_id: int,
+        election_id: int = 1,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_stream_lost: Callable[[P4RuntimeClient], None] | None = None,
+        on_arbitration: Callable[[P4RuntimeClient, bool], None] | None = None,
+    ) -> None:
+        if election_id <= 0:
+            raise ValueError("election id must be positive (0 is reserved by the spec)")
+        self.address = address
+        self.device_id = device_id
+        self.election_id = election_id
+        self.timeout_s = timeout_s
+        self.on_stream_lost = on_stream_lost
+        self.on_arbitration = on_arbitration
+        self.is_primary = False
+        self.primary_election_id: int | None = None
+        self._channel: grpc.Channel | None = None
+        self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._requests: queue.Queue[p4runtime_pb2.StreamMessageRequest | None] = queue.Queue()
+        self._arbitrated = threading.Event()
+        self._stream_lost = threading.Event()
+        self._closing = False
+        self._reader: threading.Thread | None = None
+        self.stream_error: str | None = None
+
+    # -- connection --
+
+    def connect(self) -> bool:
+        """Open the channel and stream, send arbitration; returns whether we are primary.
+
+        Raises :class:`ConnectionLostError` when the server is not reachable in time.
+        """
+        channel = grpc.insecure_channel(self.address)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self.timeout_s)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise ConnectionLostError(
+                grpc.StatusCode.UNAVAILABLE, f"no P4Runtime server at {self.address}"
+            ) from None
+        self._channel = channel
+        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        responses = self._stub.StreamChannel(self._request_iterator())
+        self._reader = threading.Thread(
+            target=self._read_stream, args=(responses,), name=f"p4rt-{self.address}", daemon=True
+        )
+        self._reader.start()
+        self._requests.put(
+            p4runtime_pb2.StreamMessageRequest(
+                arbitration=p4runtime_pb2.MasterArbitrationUpdate(
+                    device_id=self.device_id, election_id=election_id_of(self.election_id)
+                )
+            )
+        )
+        if not self._arbitrated.wait(self.timeout_s):
+            reason = self.stream_error or "no arbitration reply"
+            self.close()
+            raise ConnectionLostError(
+                grpc.StatusCode.UNAVAILABLE, f"{self.address}: arbitration failed: {reason}"
+            )
+        if self._stream_lost.is_set():
+            reason = self.stream_error or "stream closed"
+            self.close()
+            raise ConnectionLostError(
+                grpc.StatusCode.UNAVAILABLE, f"{self.address}: arbitration failed: {reason}"
+            )
+        return self.is_primary
+
+    @property
+    def connected(self) -> bool:
+        return self._channel is not None and not self._stream_lost.is_set()
+
+    def close(self) -> None:
+        """End the stream and the channel; safe to call twice."""
+        self._closing = True
+        self._requests.put(None)
+        if self._channel is not None:
+            self._channel.close()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=self.timeout_s)
+        self._channel = None
+        self._stub = None
+
+    def __enter__(self) -> P4RuntimeClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request_iterator(self) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    def _read_stream(self, responses: Iterable[p4runtime_pb2.StreamMessageResponse]) -> None:
+        try:
+            for response in responses:
+                if response.HasField("arbitration"):
+                    self._on_arbitration(response.arbitration)
+                elif response.HasField("error"):
+                    self.stream_error = response.error.message
+        except grpc.RpcError as error:
+            details = error.details() if hasattr(error, "details") else None
+            self.stream_error = details or str(error)
+        else:
+            self.stream_error = self.stream_error or "stream ended by the server"
+        self._stream_lost.set()
+        self.is_primary = False
+        self._arbitrated.set()
+        if not self._closing and self.on_stream_lost is not None:
+            self.on_stream_lost(self)
+
+    def _on_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        primary = update.status.code == code_pb2.OK
+        self.is_primary = primary
+        if update.HasField("election_id"):
+            self.primary_election_id = (update.election_id.high << 64) | update.election_id.low
+        self._arbitrated.set()
+        if self.on_arbitration is not None:
+            self.on_arbitration(self, primary)
+
+    def _rpc_stub(self) -> p4runtime_pb2_grpc.P4RuntimeStub:
+        if self._stub is None:
+            raise ConnectionLostError(grpc.StatusCode.UNAVAILABLE, f"{self.address}: not connected")
+        return self._stub
+
+    # -- pipeline --
+
+    def set_pipeline(
+        self,
+        p4info: p4info_pb2.P4Info,
+        device_config: bytes,
+        cookie: int = 0,
+        action: int = p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+    ) -> None:
+        request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            election_id=election_id_of(self.election_id),
+            action=action,
+            config=p4runtime_pb2.ForwardingPipelineConfig(
+                p4info=p4info,
+                p4_device_config=device_config,
+                cookie=p4runtime_pb2.ForwardingPipelineConfig.Cookie(cookie=cookie),
+            ),
+        )
+        try:
+            self._rpc_stub().SetForwardingPipelineConfig(request, timeout=self.timeout_s)
+        except grpc.RpcError as error:
+            raise _translate(error, f"{self.address}: SetForwardingPipelineConfig") from None
+
+    def get_pipeline(
+        self,
+        response_type: int = p4runtime_pb2.GetForwardingPipelineConfigRequest.ALL,
+    ) -> p4runtime_pb2.ForwardingPipelineConfig | None:
+        """The device's pipeline, or ``None`` when it has none (FAILED_PRECONDITION)."""
+        request = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id, response_type=response_type
+        )
+        try:
+            response = self._rpc_stub().GetForwardingPipelineConfig(request, timeout=self.timeout_s)
+        except grpc.RpcError as error:
+            translated = _translate(error, f"{self.address}: GetForwardingPipelineConfig")
+            if translated.code == grpc.StatusCode.FAILED_PRECONDITION:
+                return None
+            raise translated from None
+        config: p4runtime_pb2.ForwardingPipelineConfig = response.config
+        return config
+
+    def pipeline_cookie(self) -> int | None:
+        """The cookie of the installed pipeline, ``None`` when there is no pipeline."""
+        config = self.get_pipeline(p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY)
+        if config is None:
+            return None
+        cookie: int = config.cookie.cookie
+        return cookie
+
+    # -- write / read --
+
+    def write(
+        self,
+        updates: Sequence[p4runtime_pb2.Update],
+        atomicity: int = p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR,
+    ) -> None:
+        """One Write RPC with all ``updates``; raises :class:`WriteError` listing each failure."""
+        if not updates:
+            return
+        request = p4runtime_pb2.WriteRequest(
+            device_id=self.device_id,
+            election_id=election_id_of(self.election_id),
+            atomicity=atomicity,
+        )
+        request.updates.extend(updates)
+        try:
+            self._rpc_stub().Write(request, timeout=self.timeout_s)
+        except grpc.RpcError as error:
+            translated = _translate(error, f"{self.address}: Write")
+            failures = _update_errors(error)
+            if failures:
+                raise WriteError(translated.code, translated.message, failures) from None
+            raise translated from None
+
+    def read(self, entities: Sequence[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+        """All entities matching the (wildcard) ``entities``, across the streamed replies."""
+        request = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        request.entities.extend(entities)
+        result: list[p4runtime_pb2.Entity] = []
+        try:
+            for response in self._rpc_stub().Read(request, timeout=self.timeout_s):
+                result.extend(response.entities)
+        except grpc.RpcError as error:
+            raise _translate(error, f"{self.address}: Read") from None
+        return result
+
+    def read_table(
+        self, table_id: int = 0, with_counters: bool = False
+    ) -> list[p4runtime_pb2.TableEntry]:
+        """Every entry of one table (``0``: of all tables), optionally with direct counters."""
+        entity = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=table_id))
+        if with_counters:
+            entity.table_entry.counter_data.SetInParent()
+        return [e.table_entry for e in self.read([entity])]
+
+    def read_counter(self, counter_id: int) -> dict[int, tuple[int, int]]:
+        """Index → (bytes, packets) for every cell of an indirect counter."""
+        entity = p4runtime_pb2.Entity(
+            counter_entry=p4runtime_pb2.CounterEntry(counter_id=counter_id)
+        )
+        cells: dict[int, tuple[int, int]] = {}
+        for result in self.read([entity]):
+            entry = result.counter_entry
+            cells[entry.index.index] = (entry.data.byte_count, entry.data.packet_count)
+        return cells
+
+    def capabilities(self) -> str:
+        try:
+            reply = self._rpc_stub().Capabilities(
+                p4runtime_pb2.CapabilitiesRequest(), timeout=self.timeout_s
+            )
+        except grpc.RpcError as error:
+            raise _translate(error, f"{self.address}: Capabilities") from None
+        version: str = reply.p4runtime_api_version
+        return version
+
+
+def update(kind: int, entry: p4runtime_pb2.TableEntry) -> p4runtime_pb2.Update:
+    """An Update of ``kind`` (``Update.INSERT`` / ``MODIFY`` / ``DELETE``) for one entry."""
+    message = p4runtime_pb2.Update(type=kind)
+    message.entity.table_entry.CopyFrom(entry)
+    return message
+
+
+def suppress_close_errors(client: P4RuntimeClient) -> None:
+    """Close a client that may already be broken, ignoring what its channel says."""
+    with contextlib.suppress(Exception):
+        client.close()
