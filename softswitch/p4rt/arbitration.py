@@ -1,0 +1,192 @@
+"""Primary/backup arbitration per (device id, role) over StreamChannel (spec §5).
+
+The primary is the live stream whose election id equals the highest one the server has
+seen for its role; a primary that leaves leaves the role without one until a client
+arbitrates with an id at least as high. Every change is announced on the streams'
+outboxes; the servicer drains each outbox into its gRPC response stream.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2
+
+from softswitch.p4rt.status import P4RuntimeError, invalid, not_found, permission_denied
+
+# How many live streams one (device, role) accepts; one more is RESOURCE_EXHAUSTED.
+MAX_STREAMS_PER_ROLE = 16
+
+
+def election_id_value(message: p4runtime_pb2.Uint128) -> int:
+    return (message.high << 64) | message.low
+
+
+def election_id_message(value: int) -> p4runtime_pb2.Uint128:
+    return p4runtime_pb2.Uint128(high=value >> 64, low=value & ((1 << 64) - 1))
+
+
+class StreamClosed:
+    """Outbox marker: end the response stream, with an error status when ``error`` is set."""
+
+    def __init__(self, error: P4RuntimeError | None = None) -> None:
+        self.error = error
+
+
+OutboxItem: TypeAlias = "p4runtime_pb2.StreamMessageResponse | StreamClosed"
+
+
+@dataclass(eq=False)
+class ClientStream:
+    """One StreamChannel: what it arbitrated for and the messages waiting to be sent."""
+
+    outbox: queue.Queue[OutboxItem] = field(default_factory=queue.Queue)
+    role: str | None = None  # None until the first accepted arbitration
+    election_id: int | None = None  # None: unset, never primary (spec §16.3.1)
+
+    def send(self, item: OutboxItem) -> None:
+        self.outbox.put(item)
+
+
+@dataclass
+class _RoleGroup:
+    streams: list[ClientStream] = field(default_factory=list)
+    highest_election_id: int | None = None
+    primary: ClientStream | None = None
+
+
+class Arbitrator:
+    """The live controllers of one device, grouped by role name ("" is the default role)."""
+
+    def __init__(self, device_id: int) -> None:
+        self.device_id = device_id
+        self._lock = threading.Lock()
+        self._groups: dict[str, _RoleGroup] = {}
+
+    def arbitrate(
+        self, stream: ClientStream, update: p4runtime_pb2.MasterArbitrationUpdate
+    ) -> None:
+        """Apply one MasterArbitrationUpdate; a raised error must terminate the stream."""
+        if update.role.HasField("config"):
+            raise invalid("role.config is not supported: roles here always have full access")
+        role = update.role.name
+        election_id = (
+            election_id_value(update.election_id) if update.HasField("election_id") else None
+        )
+        with self._lock:
+            if stream.role is None:
+                if update.device_id != self.device_id:
+                    raise not_found(f"unknown device id {update.device_id}")
+                group = self._groups.setdefault(role, _RoleGroup())
+                self._check_unique(group, stream, election_id)
+                if len(group.streams) >= MAX_STREAMS_PER_ROLE:
+                    raise P4RuntimeError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"too many streams for role '{role}' (limit {MAX_STREAMS_PER_ROLE})",
+                    )
+                group.streams.append(stream)
+                stream.role = role
+            else:
+                if update.device_id != self.device_id:
+                    raise P4RuntimeError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"device id {update.device_id} differs from this stream's {self.device_id}",
+                    )
+                if role != stream.role:
+                    raise P4RuntimeError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"role '{role}' differs from this stream's role '{stream.role}'",
+                    )
+                group = self._groups[role]
+                self._check_unique(group, stream, election_id)
+            stream.election_id = election_id
+            self._elect(group, stream)
+
+    def remove(self, stream: ClientStream) -> None:
+        """A closed stream gives up its place; losing the primary is announced to the rest."""
+        with self._lock:
+            if stream.role is None:
+                return
+            group = self._groups[stream.role]
+            if stream in group.streams:
+                group.streams.remove(stream)
+            if group.primary is stream:
+                group.primary = None
+                self._notify(group, stream.role, group.streams)
+
+    def check_primary(self, device_id: int, role: str, election_id: int | None) -> None:
+        """Raise unless (device, role, election id) names the current primary (Write, SetConfig)."""
+        if device_id != self.device_id:
+            raise not_found(f"unknown device id {device_id}")
+        with self._lock:
+            group = self._groups.get(role)
+            if group is None and role:
+                raise not_found(f"unknown role '{role}'")
+            primary = group.primary if group is not None else None
+            if primary is None:
+                raise permission_denied(f"no primary client for role '{role}'")
+            if election_id is None or primary.election_id != election_id:
+                raise permission_denied("election id does not match the primary client's")
+
+    def is_primary(self, stream: ClientStream) -> bool:
+        with self._lock:
+            group = self._groups.get(stream.role) if stream.role is not None else None
+            return group is not None and group.primary is stream
+
+    def close_all(self) -> None:
+        """End every stream (server shutdown)."""
+        with self._lock:
+            for group in self._groups.values():
+                for stream in group.streams:
+                    stream.send(StreamClosed())
+                group.streams.clear()
+                group.primary = None
+
+    @staticmethod
+    def _check_unique(group: _RoleGroup, stream: ClientStream, election_id: int | None) -> None:
+        if election_id is None:
+            return
+        for other in group.streams:
+            if other is not stream and other.election_id == election_id:
+                raise invalid(f"election id {election_id} is already used by another client")
+
+    def _elect(self, group: _RoleGroup, stream: ClientStream) -> None:
+        role = stream.role or ""
+        election_id = stream.election_id
+        was_primary = group.primary is stream
+        highest = group.highest_election_id
+        if election_id is not None and (highest is None or election_id >= highest):
+            group.highest_election_id = election_id
+            group.primary = stream
+            self._notify(group, role, group.streams)
+        elif was_primary:
+            group.primary = None
+            self._notify(group, role, group.streams)
+        else:
+            self._notify(group, role, [stream])
+
+    def _notify(self, group: _RoleGroup, role: str, streams: list[ClientStream]) -> None:
+        for stream in streams:
+            update = p4runtime_pb2.MasterArbitrationUpdate(device_id=self.device_id)
+            if role:
+                update.role.name = role
+            if group.highest_election_id is not None:
+                update.election_id.CopyFrom(election_id_message(group.highest_election_id))
+            if group.primary is stream:
+                update.status.CopyFrom(status_pb2.Status(code=code_pb2.OK))
+            elif group.primary is not None:
+                update.status.CopyFrom(
+                    status_pb2.Status(
+                        code=code_pb2.ALREADY_EXISTS, message="another client is primary"
+                    )
+                )
+            else:
+                update.status.CopyFrom(
+                    status_pb2.Status(code=code_pb2.NOT_FOUND, message="no primary client")
+                )
+            stream.send(p4runtime_pb2.StreamMessageResponse(arbitration=update))

@@ -1,0 +1,211 @@
+"""The device's forwarding-pipeline configs: the committed one, and one saved for COMMIT.
+
+The device config is our own JSON (``CompiledProgram.device_config()``); a P4Info that
+differs from the program's is refused, so every later request is checked against the
+P4Info the data plane really runs. Reads and writes go to the saved config's fresh state
+between VERIFY_AND_SAVE and COMMIT (spec §15): they fill the saved, not yet running
+pipeline, which COMMIT then swaps in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from control.errors import UserError
+from softswitch.frontend import CompiledProgram
+from softswitch.p4rt.p4info_index import P4InfoIndex
+from softswitch.p4rt.status import failed_precondition, invalid, not_found
+from softswitch.p4rt.transfer import copy_runtime_state
+from softswitch.pipeline import Pipeline
+from softswitch.runtime import RuntimeState, RuntimeStateError
+
+SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest
+GetType = p4runtime_pb2.GetForwardingPipelineConfigRequest
+
+
+class PipelineHost(Protocol):
+    """What the server needs of the switch (``softswitch.switch.Switch``): its pipeline,
+    and an atomic swap to a new one that the server has already filled."""
+
+    @property
+    def pipeline(self) -> Pipeline | None: ...
+
+    def set_pipeline(self, pipeline: Pipeline) -> None: ...
+
+
+@dataclass
+class PipelineConfig:
+    """One verified config: the program, what the client sent, and the P4Info index."""
+
+    program: CompiledProgram
+    device_config: bytes
+    cookie: int | None
+    index: P4InfoIndex
+
+    @property
+    def p4info(self) -> p4info_pb2.P4Info:
+        return self.index.p4info
+
+
+@dataclass
+class VerifiedConfig:
+    """A config together with the pipeline built from it, not yet running."""
+
+    config: PipelineConfig
+    pipeline: Pipeline
+
+
+@dataclass
+class ActivePipeline:
+    """What Read and Write work on: the P4Info to check against and the state to change."""
+
+    index: P4InfoIndex
+    runtime: RuntimeState
+
+
+class PipelineConfigs:
+    """Committed and saved configs of one device, over the switch that runs them.
+
+    Callers serialise every method with the server's state lock.
+    """
+
+    def __init__(self, switch: PipelineHost) -> None:
+        self._switch = switch
+        self._committed: PipelineConfig | None = None
+        self._saved: VerifiedConfig | None = None
+
+    def committed(self) -> PipelineConfig | None:
+        """The running config; a pipeline loaded by other means (a CONFIG file) counts too."""
+        pipeline = self._switch.pipeline
+        if pipeline is None:
+            return None
+        if self._committed is None or self._committed.program is not pipeline.program:
+            program = pipeline.program
+            self._committed = PipelineConfig(
+                program=program,
+                device_config=program.device_config(),
+                cookie=None,
+                index=P4InfoIndex.build(program.p4info),
+            )
+        return self._committed
+
+    def active(self) -> ActivePipeline:
+        """FAILED_PRECONDITION before any pipeline is set (spec §12 and §13)."""
+        if self._saved is not None:
+            return ActivePipeline(self._saved.config.index, self._saved.pipeline.runtime)
+        committed = self.committed()
+        pipeline = self._switch.pipeline
+        if committed is None or pipeline is None:
+            raise failed_precondition("no forwarding pipeline config has been set")
+        return ActivePipeline(committed.index, pipeline.runtime)
+
+    def verify(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest) -> VerifiedConfig:
+        """Load the device config, match its P4Info, build its pipeline (INVALID_ARGUMENT)."""
+        if not request.HasField("config"):
+            raise invalid("the request carries no forwarding pipeline config")
+        config = request.config
+        try:
+            program = CompiledProgram.from_device_config(config.p4_device_config)
+        except UserError as error:
+            raise invalid(f"device config cannot be loaded: {error}") from None
+        difference = p4info_difference(config.p4info, program.p4info)
+        if difference:
+            raise invalid(f"P4Info does not match the device config's program: {difference}")
+        try:
+            pipeline = Pipeline(program)
+        except UserError as error:
+            raise invalid(f"the target cannot run this program: {error}") from None
+        return VerifiedConfig(
+            PipelineConfig(
+                program=program,
+                device_config=config.p4_device_config,
+                cookie=config.cookie.cookie if config.HasField("cookie") else None,
+                index=P4InfoIndex.build(program.p4info),
+            ),
+            pipeline,
+        )
+
+    def set(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest) -> None:
+        action = request.action
+        if action == SetAction.VERIFY:
+            self.verify(request)
+        elif action == SetAction.VERIFY_AND_SAVE:
+            self._saved = self.verify(request)
+        elif action == SetAction.VERIFY_AND_COMMIT:
+            self._commit(self.verify(request))
+        elif action == SetAction.COMMIT:
+            if request.HasField("config"):
+                raise invalid("COMMIT takes no config; it commits the saved one")
+            if self._saved is None:
+                raise not_found("no saved config to commit (send VERIFY_AND_SAVE first)")
+            self._commit(self._saved)
+        elif action == SetAction.RECONCILE_AND_COMMIT:
+            self._reconcile(self.verify(request))
+        else:
+            raise invalid(f"unknown pipeline config action {action}")
+
+    def get(self, response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig | None:
+        if response_type not in (
+            GetType.ALL,
+            GetType.COOKIE_ONLY,
+            GetType.P4INFO_AND_COOKIE,
+            GetType.DEVICE_CONFIG_AND_COOKIE,
+        ):
+            raise invalid(f"unknown response type {response_type}")
+        committed = self.committed()
+        if committed is None:
+            return None
+        reply = p4runtime_pb2.ForwardingPipelineConfig()
+        if committed.cookie is not None:
+            reply.cookie.cookie = committed.cookie
+        if response_type in (GetType.ALL, GetType.P4INFO_AND_COOKIE):
+            reply.p4info.CopyFrom(committed.p4info)
+        if response_type in (GetType.ALL, GetType.DEVICE_CONFIG_AND_COOKIE):
+            reply.p4_device_config = committed.device_config
+        return reply
+
+    def _commit(self, verified: VerifiedConfig) -> None:
+        """Swap the (already filled) pipeline in; packets never see a half-built state."""
+        self._switch.set_pipeline(verified.pipeline)
+        self._committed = verified.config
+        self._saved = None
+
+    def _reconcile(self, verified: VerifiedConfig) -> None:
+        """Keep the forwarding state under the new config, or change nothing.
+
+        The same program keeps running untouched (only the cookie changes); another
+        program gets a copy of every entry, default, counter and register first.
+        """
+        committed = self.committed()
+        current = self._switch.pipeline
+        if committed is None or current is None:
+            self._commit(verified)
+            return
+        if verified.config.device_config == committed.device_config:
+            self._committed = PipelineConfig(
+                committed.program, committed.device_config, verified.config.cookie, committed.index
+            )
+            self._saved = None
+            return
+        try:
+            with current.runtime.lock:
+                copy_runtime_state(current.runtime, verified.pipeline.runtime)
+        except RuntimeStateError as error:
+            raise invalid(
+                f"the forwarding state cannot be kept under the new config: {error}"
+            ) from None
+        self._commit(verified)
+
+
+def p4info_difference(sent: p4info_pb2.P4Info, program: p4info_pb2.P4Info) -> str:
+    """Empty when equal; otherwise the first top-level P4Info field that differs."""
+    if sent == program:
+        return ""
+    for descriptor in p4info_pb2.P4Info.DESCRIPTOR.fields:
+        if getattr(sent, descriptor.name) != getattr(program, descriptor.name):
+            return f"'{descriptor.name}' differs"
+    return "the messages differ"

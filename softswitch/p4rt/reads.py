@@ -1,0 +1,219 @@
+"""Answer one entity of a ReadRequest: exact and wildcard reads (spec §9.1.5 and §13).
+
+Replies use canonical binary strings, so what a client wrote reads back equal.
+The caller holds the runtime lock, so one request sees one consistent state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeAlias
+
+from p4.v1 import p4runtime_pb2
+
+from softswitch.p4rt.bytestrings import encode_unsigned
+from softswitch.p4rt.entries import (
+    action_to_proto,
+    array_index,
+    key_to_proto,
+    parse_key,
+    table_info,
+)
+from softswitch.p4rt.p4info_index import TableInfo
+from softswitch.p4rt.pipeline_config import ActivePipeline
+from softswitch.p4rt.status import invalid, not_found, unimplemented
+from softswitch.runtime import CounterData, TableState, entry_key
+from softswitch.runtime import TableEntry as RuntimeEntry
+
+Entity: TypeAlias = p4runtime_pb2.Entity
+
+
+def read_entity(active: ActivePipeline, entity: p4runtime_pb2.Entity) -> list[Entity]:
+    """Every entity ``entity`` selects; raises P4RuntimeError for a bad request."""
+    kind = entity.WhichOneof("entity")
+    if kind == "table_entry":
+        return _read_table_entries(active, entity.table_entry)
+    if kind == "counter_entry":
+        return _read_counter_entries(active, entity.counter_entry)
+    if kind == "direct_counter_entry":
+        return _read_direct_counter_entries(active, entity.direct_counter_entry)
+    if kind == "register_entry":
+        return _read_register_entries(active, entity.register_entry)
+    if kind is None:
+        raise invalid("the entity to read is not set (wildcards need a typed entity)")
+    raise unimplemented(f"{kind} is not supported by this target")
+
+
+def _counter_proto(data: CounterData, out: p4runtime_pb2.CounterData) -> None:
+    out.byte_count = data.byte_count
+    out.packet_count = data.packet_count
+
+
+def _entry_proto(
+    active: ActivePipeline, table: TableInfo, entry: RuntimeEntry, with_counter: bool
+) -> Entity:
+    result = Entity()
+    out = result.table_entry
+    key_to_proto(table.table_id, entry.matches, entry.priority, out)
+    action_to_proto(active.index, entry.action, out.action.action)
+    out.controller_metadata = entry.controller_metadata
+    out.metadata = entry.metadata
+    out.is_const = entry.is_const
+    if with_counter and table.direct_counter_id is not None:
+        _counter_proto(entry.counter, out.counter_data)
+    return result
+
+
+def _default_proto(
+    active: ActivePipeline, table: TableInfo, state: TableState, with_counter: bool
+) -> Entity:
+    result = Entity()
+    out = result.table_entry
+    out.table_id = table.table_id
+    out.is_default_action = True
+    if state.default_action.action_id:
+        action_to_proto(active.index, state.default_action, out.action.action)
+    if with_counter and table.direct_counter_id is not None:
+        _counter_proto(state.default_counter, out.counter_data)
+    return result
+
+
+def _selected_entries(
+    table: TableInfo, state: TableState, request: p4runtime_pb2.TableEntry
+) -> Iterable[RuntimeEntry]:
+    """The entries of one table that pass the request's filters."""
+    if len(request.match):
+        key = parse_key(table, request)
+        found = state.entries.get(entry_key(key.matches, key.priority))
+        candidates: Iterable[RuntimeEntry] = [found] if found is not None else []
+    else:
+        candidates = state.entries.values()
+    action_id = request.action.action.action_id if request.HasField("action") else 0
+    for entry in candidates:
+        if request.priority and entry.priority != request.priority:
+            continue
+        if action_id and entry.action.action_id != action_id:
+            continue
+        if request.controller_metadata and entry.controller_metadata != request.controller_metadata:
+            continue
+        if request.metadata and entry.metadata != request.metadata:
+            continue
+        yield entry
+
+
+def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntry) -> list[Entity]:
+    with_counter = request.HasField("counter_data")
+    if request.table_id == 0:
+        if len(request.match) or request.is_default_action or request.HasField("action"):
+            raise invalid("a read of all tables takes no other filter")
+        tables = [table_info(active.index, table_id) for table_id in active.index.tables]
+    else:
+        tables = [table_info(active.index, request.table_id)]
+    results: list[Entity] = []
+    for table in tables:
+        state = active.runtime.table(table.table_id)
+        if request.is_default_action:
+            if len(request.match) or request.priority:
+                raise invalid("the default entry takes no match and no priority")
+            results.append(_default_proto(active, table, state, with_counter))
+            continue
+        for entry in _selected_entries(table, state, request):
+            results.append(_entry_proto(active, table, entry, with_counter))
+    return results
+
+
+def _read_counter_entries(
+    active: ActivePipeline, request: p4runtime_pb2.CounterEntry
+) -> list[Entity]:
+    if request.counter_id == 0:
+        counter_ids = list(active.index.counters)
+    elif request.counter_id in active.index.counters:
+        counter_ids = [request.counter_id]
+    else:
+        raise invalid(f"unknown counter id {request.counter_id}")
+    results: list[Entity] = []
+    for counter_id in counter_ids:
+        state = active.runtime.counter(counter_id)
+        if request.counter_id and request.HasField("index"):
+            indexes = [array_index(state.size, request.index.index, f"counter '{state.name}'")]
+        else:
+            indexes = list(range(state.size))
+        for index in indexes:
+            result = Entity()
+            out = result.counter_entry
+            out.counter_id = counter_id
+            out.index.index = index
+            _counter_proto(state.cells[index], out.data)
+            results.append(result)
+    return results
+
+
+def _read_direct_counter_entries(
+    active: ActivePipeline, request: p4runtime_pb2.DirectCounterEntry
+) -> list[Entity]:
+    selector = request.table_entry
+    if selector.table_id == 0:
+        tables = [
+            table_info(active.index, table_id) for table_id in active.index.direct_counters.values()
+        ]
+    else:
+        table = table_info(active.index, selector.table_id)
+        if table.direct_counter_id is None:
+            raise invalid(f"table '{table.name}' has no direct counter")
+        tables = [table]
+    results: list[Entity] = []
+    for table in tables:
+        state = active.runtime.table(table.table_id)
+        if selector.is_default_action:
+            result = Entity()
+            result.direct_counter_entry.table_entry.table_id = table.table_id
+            result.direct_counter_entry.table_entry.is_default_action = True
+            _counter_proto(state.default_counter, result.direct_counter_entry.data)
+            results.append(result)
+            continue
+        if len(selector.match):
+            key = parse_key(table, selector)
+            found = state.entries.get(entry_key(key.matches, key.priority))
+            if found is None:
+                raise not_found(f"table '{table.name}' has no such entry")
+            entries: Iterable[RuntimeEntry] = [found]
+        else:
+            entries = state.entries.values()
+        for entry in entries:
+            result = Entity()
+            key_to_proto(
+                table.table_id,
+                entry.matches,
+                entry.priority,
+                result.direct_counter_entry.table_entry,
+            )
+            _counter_proto(entry.counter, result.direct_counter_entry.data)
+            results.append(result)
+    return results
+
+
+def _read_register_entries(
+    active: ActivePipeline, request: p4runtime_pb2.RegisterEntry
+) -> list[Entity]:
+    runtime = active.runtime
+    if request.register_id == 0:
+        register_ids = list(runtime.registers)
+    elif request.register_id in runtime.registers:
+        register_ids = [request.register_id]
+    else:
+        raise invalid(f"unknown register id {request.register_id}")
+    results: list[Entity] = []
+    for register_id in register_ids:
+        state = runtime.register(register_id)
+        if request.register_id and request.HasField("index"):
+            indexes = [array_index(state.size, request.index.index, f"register '{state.name}'")]
+        else:
+            indexes = list(range(state.size))
+        for index in indexes:
+            result = Entity()
+            out = result.register_entry
+            out.register_id = register_id
+            out.index.index = index
+            out.data.bitstring = encode_unsigned(state.cells[index])
+            results.append(result)
+    return results

@@ -1,0 +1,76 @@
+"""P4Runtime error codes and the ``google.rpc.Status`` details that carry per-update errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2
+
+# The gRPC trailer that carries a serialised google.rpc.Status (what C++ servers send
+# through grpc::Status::binary_error_details).
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class P4RuntimeError(Exception):
+    """An error with a canonical gRPC code, raised anywhere below the servicer."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def not_found(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.NOT_FOUND, message)
+
+
+def out_of_range(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.OUT_OF_RANGE, message)
+
+
+def unimplemented(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED, message)
+
+
+def permission_denied(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.PERMISSION_DENIED, message)
+
+
+def failed_precondition(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def canonical_code(code: grpc.StatusCode) -> int:
+    """The google.rpc.Code number of a grpc.StatusCode (they share numbering)."""
+    number: int = code.value[0]
+    return number
+
+
+def p4_error(error: P4RuntimeError | None) -> p4runtime_pb2.Error:
+    """One ``p4.v1.Error``: OK with no other field for a good update, as the spec asks."""
+    if error is None:
+        return p4runtime_pb2.Error(canonical_code=code_pb2.OK)
+    return p4runtime_pb2.Error(canonical_code=canonical_code(error.code), message=error.message)
+
+
+def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> status_pb2.Status:
+    """The UNKNOWN status of a batch with at least one failure: one detail per update, in order."""
+    details = []
+    for error in errors:
+        packed = any_pb2.Any()
+        packed.Pack(p4_error(error))
+        details.append(packed)
+    return status_pb2.Status(code=code_pb2.UNKNOWN, message=message, details=details)
+
+
+def abort_with_batch_status(context: grpc.ServicerContext, status: status_pb2.Status) -> None:
+    """End the RPC with UNKNOWN and the binary details trailer (raises, like ``abort``)."""
+    context.set_trailing_metadata(((STATUS_DETAILS_KEY, status.SerializeToString()),))
+    context.abort(grpc.StatusCode.UNKNOWN, status.message)
