@@ -121,6 +121,7 @@ def standin_p4info(lpm_size: int = 16) -> p4info_pb2.P4Info:
     )
     lpm.action_refs.add(id=SET_EGRESS)
     lpm.action_refs.add(id=DROP)
+    lpm.initial_default_action.action_id = DROP
     lpm.size = lpm_size
 
     classify = info.tables.add()

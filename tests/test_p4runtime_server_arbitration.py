@@ -1,0 +1,228 @@
+"""StreamChannel arbitration of the embedded P4Runtime server (P4Runtime 1.4 §5):
+primary by highest election id, backups, primary changes and their notifications."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from test_p4runtime_server_support import (
+    CLASS_TABLE,
+    SET_CLASS,
+    StandInPipeline,
+    StandInProgram,
+    StandInSwitch,
+    StreamSession,
+    standin_p4info,
+)
+
+from softswitch.p4rt import pipeline_config
+from softswitch.p4runtime_server import P4RuntimeServer
+
+DEVICE_ID = 1
+
+
+@pytest.fixture
+def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[p4runtime_pb2_grpc.P4RuntimeStub]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", StandInProgram)
+    monkeypatch.setattr(pipeline_config, "Pipeline", StandInPipeline)
+    switch = StandInSwitch()
+    switch.set_pipeline(StandInPipeline(StandInProgram(standin_p4info())))
+    server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(server.addr)
+    try:
+        yield p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    finally:
+        channel.close()
+        server.stop(0)
+
+
+@pytest.fixture
+def sessions(stub: p4runtime_pb2_grpc.P4RuntimeStub) -> Iterator[list[StreamSession]]:
+    opened: list[StreamSession] = []
+    yield opened
+    for session in opened:
+        session.close()
+
+
+def open_session(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub,
+    sessions: list[StreamSession],
+    election: tuple[int, int] | None,
+    device_id: int = DEVICE_ID,
+) -> tuple[StreamSession, p4runtime_pb2.StreamMessageResponse]:
+    session = StreamSession(stub)
+    sessions.append(session)
+    session.arbitrate(device_id, election)
+    return session, session.next()
+
+
+def insert_class_entry(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, election: tuple[int, int] | None, stage: int = 1
+) -> None:
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    if election is not None:
+        request.election_id.high, request.election_id.low = election
+    entry = request.updates.add(type=p4runtime_pb2.Update.INSERT).entity.table_entry
+    entry.table_id = CLASS_TABLE
+    entry.match.add(field_id=1).exact.value = b"\x01"
+    entry.match.add(field_id=2).exact.value = bytes([stage])
+    entry.action.action.action_id = SET_CLASS
+    entry.action.action.params.add(param_id=1, value=b"\x01")
+    stub.Write(request)
+
+
+def denied(stub: p4runtime_pb2_grpc.P4RuntimeStub, election: tuple[int, int] | None) -> bool:
+    try:
+        insert_class_entry(stub, election, stage=200)
+    except grpc.RpcError as error:
+        return error.code() == grpc.StatusCode.PERMISSION_DENIED
+    return False
+
+
+def test_first_client_is_primary_and_can_write(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    _, reply = open_session(stub, sessions, (0, 5))
+    assert reply.arbitration.status.code == code_pb2.OK
+    assert reply.arbitration.election_id.low == 5
+    insert_class_entry(stub, (0, 5))
+
+
+def test_lower_election_id_is_backup_and_cannot_write(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    open_session(stub, sessions, (0, 5))
+    _, reply = open_session(stub, sessions, (0, 3))
+    assert reply.arbitration.status.code == code_pb2.ALREADY_EXISTS
+    assert reply.arbitration.election_id.low == 5  # the primary's id
+    assert denied(stub, (0, 3))
+    assert denied(stub, None)
+    assert denied(stub, (0, 6))  # an id no live client holds
+    insert_class_entry(stub, (0, 5))
+
+
+def test_higher_election_id_takes_over_and_everyone_is_told(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    first, _ = open_session(stub, sessions, (0, 5))
+    backup, _ = open_session(stub, sessions, (0, 2))
+    _, reply = open_session(stub, sessions, (1, 0))  # high word counts
+    assert reply.arbitration.status.code == code_pb2.OK
+    for session in (first, backup):
+        note = session.next().arbitration
+        assert note.status.code == code_pb2.ALREADY_EXISTS
+        assert (note.election_id.high, note.election_id.low) == (1, 0)
+    assert denied(stub, (0, 5))
+    insert_class_entry(stub, (1, 0))
+
+
+def test_primary_leaving_is_announced_and_a_backup_can_take_over(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    primary, _ = open_session(stub, sessions, (0, 5))
+    backup, _ = open_session(stub, sessions, (0, 4))
+    primary.close()
+    note = backup.next().arbitration
+    assert note.status.code == code_pb2.NOT_FOUND  # no primary now
+    assert note.election_id.low == 5  # the highest id seen stays
+    assert denied(stub, (0, 5))
+    # Re-arbitrating below the highest id seen does not make a primary ...
+    backup.arbitrate(DEVICE_ID, (0, 4))
+    assert backup.next().arbitration.status.code == code_pb2.NOT_FOUND
+    # ... at least as high does.
+    backup.arbitrate(DEVICE_ID, (0, 5))
+    assert backup.next().arbitration.status.code == code_pb2.OK
+    insert_class_entry(stub, (0, 5))
+
+
+def test_primary_downgrading_itself_leaves_no_primary(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    primary, _ = open_session(stub, sessions, (0, 5))
+    other, _ = open_session(stub, sessions, (0, 1))
+    primary.arbitrate(DEVICE_ID, (0, 2))
+    assert primary.next().arbitration.status.code == code_pb2.NOT_FOUND
+    assert other.next().arbitration.status.code == code_pb2.NOT_FOUND
+    assert denied(stub, (0, 2))
+
+
+def test_unset_election_id_is_a_backup_that_never_becomes_primary(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    _, reply = open_session(stub, sessions, None)
+    assert reply.arbitration.status.code == code_pb2.NOT_FOUND
+    assert not reply.arbitration.HasField("election_id")  # no primary ever
+    assert denied(stub, None)
+    assert denied(stub, (0, 0))
+
+
+def test_duplicate_election_id_terminates_the_stream(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    open_session(stub, sessions, (0, 5))
+    duplicate = StreamSession(stub)
+    sessions.append(duplicate)
+    duplicate.arbitrate(DEVICE_ID, (0, 5))
+    assert duplicate.done.wait(5)
+    assert duplicate.final_error is not None
+    assert duplicate.final_error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    insert_class_entry(stub, (0, 5))  # the primary is unaffected
+
+
+def test_unknown_device_terminates_the_stream_with_not_found(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    session = StreamSession(stub)
+    sessions.append(session)
+    session.arbitrate(DEVICE_ID + 7, (0, 1))
+    assert session.done.wait(5)
+    assert session.final_error is not None
+    assert session.final_error.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_changing_device_or_role_on_a_live_stream_fails_precondition(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    session, _ = open_session(stub, sessions, (0, 5))
+    session.arbitrate(DEVICE_ID, (0, 5), role="other")
+    assert session.done.wait(5)
+    assert session.final_error is not None
+    assert session.final_error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    # The stream is gone, so is its primary status.
+    assert denied(stub, (0, 5))
+
+
+def test_packet_out_is_reported_unimplemented_or_denied(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    primary, _ = open_session(stub, sessions, (0, 5))
+    backup, _ = open_session(stub, sessions, (0, 1))
+    packet = p4runtime_pb2.StreamMessageRequest()
+    packet.packet.payload = b"\x00" * 14
+    primary.outgoing.put(packet)
+    backup.outgoing.put(packet)
+    assert primary.next().error.canonical_code == code_pb2.UNIMPLEMENTED
+    error = backup.next().error
+    assert error.canonical_code == code_pb2.PERMISSION_DENIED
+    assert error.packet_out.packet_out.payload == packet.packet.payload
+
+
+def test_stopping_the_server_ends_open_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    switch = StandInSwitch()
+    server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(server.addr)
+    session = StreamSession(p4runtime_pb2_grpc.P4RuntimeStub(channel))
+    session.arbitrate(DEVICE_ID, (0, 1))
+    session.next()
+    server.stop(1)
+    assert session.done.wait(5)
+    with pytest.raises(queue.Empty):
+        session.next(timeout_s=0.1)
+    channel.close()
