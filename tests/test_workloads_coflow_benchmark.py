@@ -1,0 +1,135 @@
+"""Coflow-Benchmark reader/writer: hand-checked coflows, FB2010, and every error case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from control.errors import UserError
+from control.model import Flow
+from workloads import coflow_benchmark
+from workloads.hp_tuning import HpTuningConfig, generate
+
+DATA = Path(__file__).parent / "data"
+MB = 1_048_576
+
+
+def _flows(workload: coflow_benchmark.Workload, experiment_id: int) -> tuple[Flow, ...]:
+    experiment = next(e for e in workload.experiments if e.experiment_id == experiment_id)
+    (stage,) = experiment.stages
+    (trial,) = stage.trials
+    assert (trial.iterations, trial.compute_s) == (1, 0.0)
+    return trial.sync_flows
+
+
+def test_tiny_trace_worked_by_hand() -> None:
+    workload = coflow_benchmark.read(DATA / "tiny_trace.txt")
+    assert (workload.num_hosts, workload.link_bps, len(workload.experiments)) == (4, 1e9, 3)
+    assert [e.arrival_s for e in workload.experiments] == [0.0, 1.5, 2.5]
+    # 1 MB from mappers 0 and 1 to reducer 2: half each.
+    assert _flows(workload, 1) == (Flow(0, 2, MB // 2), Flow(1, 2, MB // 2))
+    # Mapper 3 sends 0.5 MB to reducer 0; its 2 MB to itself stay local.
+    assert _flows(workload, 2) == (Flow(3, 0, MB // 2),)
+    # 1 MB over three mappers: 349,526 + 349,525 + 349,525; mapper 1 is the reducer.
+    assert _flows(workload, 3) == (Flow(0, 1, 349_526), Flow(2, 1, 349_525))
+    assert workload.meta["local_bytes"] == str(2 * MB + 349_525)
+
+
+@pytest.fixture(scope="module")
+def fb2010() -> coflow_benchmark.Workload:
+    path = coflow_benchmark.default_trace_path()
+    if not path.exists():
+        pytest.skip(f"FB2010 trace not present at {path}")
+    return coflow_benchmark.read(path)
+
+
+def test_fb2010_counts(fb2010: coflow_benchmark.Workload) -> None:
+    assert len(fb2010.experiments) == 526
+    assert fb2010.num_hosts == 150
+    assert fb2010.link_bps == 1e9
+
+
+def test_fb2010_hand_checked_coflow(fb2010: coflow_benchmark.Workload) -> None:
+    # Line 3 of the trace: "2 10833 2 104 132 1 140:48.0".
+    experiment = next(e for e in fb2010.experiments if e.experiment_id == 2)
+    assert experiment.arrival_s == pytest.approx(10.833)
+    assert _flows(fb2010, 2) == (Flow(104, 140, 24 * MB), Flow(132, 140, 24 * MB))
+    assert experiment.total_bytes == 48 * MB
+
+
+def test_fb2010_every_byte_is_on_the_fabric_or_local(fb2010: coflow_benchmark.Workload) -> None:
+    text = coflow_benchmark.default_trace_path().read_text().splitlines()[1:]
+    trace_bytes = sum(
+        round(float(token.split(":")[1]) * MB)
+        for line in text
+        for token in line.split()
+        if ":" in token
+    )
+    fabric_bytes = sum(e.total_bytes for e in fb2010.experiments)
+    assert fabric_bytes + int(fb2010.meta["local_bytes"]) == trace_bytes
+    assert all(
+        f.src_host != f.dst_host
+        for e in fb2010.experiments
+        for f in _flows(fb2010, e.experiment_id)
+    )
+
+
+def test_writer_round_trips_fb2010(fb2010: coflow_benchmark.Workload) -> None:
+    again = coflow_benchmark.parse(coflow_benchmark.dumps(fb2010))
+    assert again.experiments == fb2010.experiments
+
+
+def test_writer_round_trips_tiny_trace(tmp_path: Path) -> None:
+    workload = coflow_benchmark.read(DATA / "tiny_trace.txt")
+    path = tmp_path / "out.txt"
+    coflow_benchmark.write(workload, path)
+    assert coflow_benchmark.read(path).experiments == workload.experiments
+
+
+def test_default_path_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BEAMER_FB2010", str(tmp_path / "trace.txt"))
+    assert coflow_benchmark.default_trace_path() == tmp_path / "trace.txt"
+    monkeypatch.delenv("BEAMER_FB2010")
+    default = coflow_benchmark.default_trace_path()
+    assert default.parts[-3:] == ("shared", "data", "FB2010-1Hr-150-0.txt")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("", 1, "empty trace"),
+        ("4\n", 1, "header has 1 fields"),
+        ("four 1\n1 0 1 0 1 1:1\n", 1, "number of ports 'four' is not an integer"),
+        ("4 2\n1 0 1 0 1 1:1\n", 2, "header announces 2 coflows, file has 1"),
+        ("4 1\n1 0 1 0 1 1:1\n2 0 1 0 1 1:1\n", 3, "header announces 1 coflows, file has 2"),
+        ("4 1\nx 0 1 0 1 1:1\n", 2, "coflow id 'x' is not an integer"),
+        ("4 1\n1 soon 1 0 1 1:1\n", 2, "arrival time 'soon' is not a number"),
+        ("4 1\n1 -5 1 0 1 1:1\n", 2, "arrival time -5 is negative"),
+        ("4 1\n1 0 1 0 1 1:-2.5\n", 2, "reducer 1 size (MB) -2.5 is negative"),
+        ("4 1\n1 0 1 0 1 1:lots\n", 2, "reducer 1 size (MB) 'lots' is not a number"),
+        ("4 1\n1 0 1 9 1 1:1\n", 2, "unknown mapper port 9 (trace has ports 0..3)"),
+        ("4 1\n1 0 1 0 1 4:1\n", 2, "unknown reducer port 4"),
+        ("4 1\n1 0 1 0 2 1:1\n", 2, "2 reducers announced, 1 'port:MB' fields follow"),
+        ("4 1\n1 0 1 0 1 1:1 2:1\n", 2, "1 reducers announced, 2 'port:MB' fields follow"),
+        ("4 1\n1 0 5 0 1\n", 2, "5 mappers announced but only 2 fields follow"),
+        ("4 1\n1 0 0 1 1:1\n", 2, "number of mappers 0 is out of range"),
+        ("4 1\n1 0 1 0 1 1=1\n", 2, "reducer '1=1' is not 'port:MB'"),
+        ("4 1\n1 0\n", 2, "2 fields, expected"),
+        ("4 2\n1 0 1 0 1 1:1\n1 5 1 0 1 1:1\n", 3, "duplicate coflow id 1 (first on line 2)"),
+        ("4 1\n70000 0 1 0 1 1:1\n", 2, "coflow id 70000 is out of range (must be 0..65535)"),
+    ],
+)
+def test_malformed_trace(tmp_path: Path, text: str, line: int, message: str) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        coflow_benchmark.read(path)
+    assert str(caught.value).startswith(f"{path}:{line}: {message}")
+    assert "\n" not in str(caught.value)
+
+
+def test_writer_refuses_multi_stage_workloads(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="single coflows only"):
+        coflow_benchmark.write(generate(HpTuningConfig(num_jobs=1)), tmp_path / "t.txt")
+    assert not list(tmp_path.iterdir())

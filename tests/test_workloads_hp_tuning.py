@@ -1,0 +1,221 @@
+"""HP-tuning generator: bracket shapes worked by hand, flows, load, seeds, scaling."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from fractions import Fraction
+
+import pytest
+
+from control.errors import UserError
+from control.model import Flow, Workload
+from workloads.hp_tuning import (
+    HpTuningConfig,
+    JobShape,
+    arrival_rate_per_s,
+    bracket_plan,
+    generate,
+    max_bracket,
+    shrink,
+    sync_flows,
+)
+from workloads.models import MODELS
+
+
+def shape(max_budget: int, eta: int, s: int) -> list[tuple[int, Fraction]]:
+    return [(step.trials, step.budget) for step in bracket_plan(max_budget, eta, s)]
+
+
+@pytest.mark.parametrize(
+    ("max_budget", "eta", "s_max"),
+    [(81, 3, 4), (27, 3, 3), (26, 3, 2), (8, 2, 3), (16, 4, 2), (10, 3, 2), (1, 2, 0)],
+)
+def test_max_bracket_is_floor_log(max_budget: int, eta: int, s_max: int) -> None:
+    assert max_bracket(max_budget, eta) == s_max
+
+
+def test_hyperband_brackets_r27_eta3_worked_by_hand() -> None:
+    # s_max = 3. n = ceil(4/(s+1)) * 3^s, r = 27 / 3^s; n_i = floor(n / 3^i), r_i = r * 3^i.
+    assert shape(27, 3, 3) == [(27, 1), (9, 3), (3, 9), (1, 27)]
+    assert shape(27, 3, 2) == [(18, 3), (6, 9), (2, 27)]  # n = ceil(4/3) * 9 = 18
+    assert shape(27, 3, 1) == [(6, 9), (2, 27)]  # n = ceil(4/2) * 3 = 6
+    assert shape(27, 3, 0) == [(4, 27)]  # n = ceil(4/1) * 1 = 4
+
+
+def test_brackets_with_fractional_budgets_r10_eta3() -> None:
+    # s_max = 2; r = 10/9 for s = 2: budgets stay exact fractions.
+    assert shape(10, 3, 2) == [(9, Fraction(10, 9)), (3, Fraction(10, 3)), (1, 10)]
+    assert shape(10, 3, 1) == [(6, Fraction(10, 3)), (2, 10)]
+    assert shape(10, 3, 0) == [(3, 10)]
+
+
+def test_sha_r16_eta4_keeps_a_quarter() -> None:
+    assert shape(16, 4, 2) == [(16, 1), (4, 4), (1, 16)]
+
+
+def test_bracket_outside_range_is_rejected() -> None:
+    with pytest.raises(UserError, match=r"outside 0\.\.3"):
+        bracket_plan(27, 3, 4)
+
+
+def test_ring_all_reduce_sends_2_w_minus_1_over_w_to_the_successor() -> None:
+    flows = sync_flows("ring", (3, 7, 1, 9), 1000)
+    assert flows == (Flow(3, 7, 1500), Flow(7, 1, 1500), Flow(1, 9, 1500), Flow(9, 3, 1500))
+
+
+def test_parameter_server_push_and_pull_the_model() -> None:
+    flows = sync_flows("ps", (5, 1, 2), 100)
+    assert sorted(flows, key=lambda f: (f.src_host, f.dst_host)) == [
+        Flow(1, 5, 100),
+        Flow(2, 5, 100),
+        Flow(5, 1, 100),
+        Flow(5, 2, 100),
+    ]
+
+
+def test_model_table_bytes_and_compute() -> None:
+    resnet50 = MODELS["resnet50"]
+    assert resnet50.sync_bytes == 25_636_712 * 4
+    assert resnet50.compute_s == pytest.approx(64 / 219)
+    assert MODELS["vgg16"].sync_bytes == 138_357_544 * 4
+
+
+def _jobs(workload: Workload) -> list[dict[str, object]]:
+    jobs: list[dict[str, object]] = json.loads(workload.meta["jobs"])
+    return jobs
+
+
+def test_generated_experiments_follow_their_bracket_plans() -> None:
+    config = HpTuningConfig(seed=4)
+    workload = generate(config)
+    by_id = {e.experiment_id: e for e in workload.experiments}
+    checked = 0
+    for job in _jobs(workload):
+        for experiment_id, s in zip(job["experiments"], job["brackets"], strict=True):  # type: ignore[call-overload]
+            experiment = by_id[experiment_id]
+            assert experiment.kind == job["kind"]
+            plan = bracket_plan(job["max_budget"], job["eta"], s)  # type: ignore[arg-type]
+            assert len(experiment.stages) == len(plan)
+            for stage, step in zip(experiment.stages, plan, strict=True):
+                assert len(stage.trials) == step.trials
+                expected_iterations = max(1, round(step.budget * config.iterations_per_unit))
+                assert {t.iterations for t in stage.trials} == {expected_iterations}
+            checked += 1
+    assert checked == len(workload.experiments)
+
+
+def test_promoted_trials_keep_ids_hosts_and_flows() -> None:
+    workload = generate(HpTuningConfig(seed=2))
+    for experiment in workload.experiments:
+        for before, after in zip(experiment.stages, experiment.stages[1:], strict=False):
+            previous = {trial.trial_id: trial for trial in before.trials}
+            for trial in after.trials:
+                assert trial.trial_id in previous
+                assert trial.hosts == previous[trial.trial_id].hosts
+                assert trial.sync_flows == previous[trial.trial_id].sync_flows
+
+
+def test_trial_hosts_are_distinct_and_flows_stay_on_them() -> None:
+    workload = generate(HpTuningConfig(seed=3))
+    for experiment in workload.experiments:
+        for trial in experiment.stages[0].trials:
+            assert len(set(trial.hosts)) == len(trial.hosts)
+            for flow in trial.sync_flows:
+                assert flow.src_host in trial.hosts and flow.dst_host in trial.hosts
+                assert flow.src_host != flow.dst_host
+
+
+def test_arrival_rate_formula() -> None:
+    # 0.8 × 16 hosts × 1.25e9 bytes/s / 1e9 bytes per job = 16 jobs per second.
+    config = HpTuningConfig(num_hosts=16, link_bps=10e9, load=0.8)
+    assert arrival_rate_per_s(config, 1e9) == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("load", [0.5, 0.8])
+def test_offered_load_matches_the_target(seed: int, load: float) -> None:
+    workload = generate(HpTuningConfig(seed=seed, load=load))
+    arrivals = sorted({e.arrival_s for e in workload.experiments})
+    jobs = len(arrivals)
+    total_bits = 8 * sum(e.total_bytes for e in workload.experiments)
+    bits_per_job = total_bits / jobs
+    mean_gap_s = (arrivals[-1] - arrivals[0]) / (jobs - 1)
+    offered = bits_per_job / mean_gap_s / (workload.num_hosts * workload.link_bps)
+    assert offered == pytest.approx(load, rel=1e-9)
+
+
+def test_default_workload_size_and_mix() -> None:
+    for seed in range(1, 6):
+        workload = generate(HpTuningConfig(seed=seed))
+        coflows = sum(
+            t.iterations for e in workload.experiments for s in e.stages for t in s.trials
+        )
+        assert 300 <= coflows <= 5000
+        assert {e.kind for e in workload.experiments} <= {"sha", "hyperband"}
+        assert all(e.experiment_id <= 0xFFFF for e in workload.experiments)
+        assert [e.arrival_s for e in workload.experiments] == sorted(
+            e.arrival_s for e in workload.experiments
+        )
+    kinds = {
+        e.kind for seed in range(1, 6) for e in generate(HpTuningConfig(seed=seed)).experiments
+    }
+    assert kinds == {"sha", "hyperband"}
+
+
+def test_same_seed_same_workload_and_different_seed_different() -> None:
+    assert generate(HpTuningConfig(seed=11)) == generate(HpTuningConfig(seed=11))
+    assert (
+        generate(HpTuningConfig(seed=11)).experiments
+        != generate(HpTuningConfig(seed=12)).experiments
+    )
+
+
+def test_shrink_keeps_shape_and_scales_durations() -> None:
+    config = HpTuningConfig(seed=5)
+    small_config = shrink(config, link_bps=20e6, time_scale=0.1)
+    big, small = generate(config), generate(small_config)
+    assert small.link_bps == 20e6
+    byte_factor = 0.1 * 20e6 / 10e9
+    assert len(big.experiments) == len(small.experiments)
+    for a, b in zip(big.experiments, small.experiments, strict=True):
+        assert b.arrival_s == pytest.approx(0.1 * a.arrival_s, rel=1e-3)
+        for sa, sb in zip(a.stages, b.stages, strict=True):
+            for ta, tb in zip(sa.trials, sb.trials, strict=True):
+                assert (ta.trial_id, ta.iterations, ta.hosts) == (
+                    tb.trial_id,
+                    tb.iterations,
+                    tb.hosts,
+                )
+                assert tb.compute_s == pytest.approx(0.1 * ta.compute_s)
+                for fa, fb in zip(ta.sync_flows, tb.sync_flows, strict=True):
+                    assert (fa.src_host, fa.dst_host) == (fb.src_host, fb.dst_host)
+                    assert fb.size_bytes == pytest.approx(fa.size_bytes * byte_factor, abs=2)
+
+
+def test_scaling_knobs_act_alone() -> None:
+    base = generate(HpTuningConfig(seed=6))
+    doubled = generate(HpTuningConfig(seed=6, bytes_scale=2.0, time_scale=3.0))
+    a, b = base.experiments[0].stages[0].trials[0], doubled.experiments[0].stages[0].trials[0]
+    assert b.sync_bytes == pytest.approx(2 * a.sync_bytes, abs=len(a.sync_flows))
+    assert b.compute_s == pytest.approx(3 * a.compute_s)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"num_hosts": 8}, "8 workers per trial need"),
+        ({"models": ("resnet50", "gpt9")}, "unknown model 'gpt9'"),
+        ({"load": 0.0}, "load must be a positive number"),
+        ({"workers": (1,)}, "1 workers per trial need"),
+        ({"jobs": (JobShape("sha", 8, 2),), "num_jobs": 0}, "num_jobs must be >= 1"),
+    ],
+)
+def test_bad_config_is_a_user_error(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        dataclasses.replace(HpTuningConfig(), **changes)  # type: ignore[arg-type]
+
+
+def test_bad_job_shape_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="eta must be >= 2"):
+        JobShape("sha", max_budget=8, eta=1)

@@ -1,0 +1,126 @@
+"""``beamer workload``: generate a workload file, or summarise any workload."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from control.errors import UserError
+from workloads import coflow_benchmark, json_format
+from workloads.hp_tuning import HpTuningConfig, shrink
+from workloads.loader import load_workload
+from workloads.summary import summarize
+
+
+def register(subparsers: Any) -> None:
+    """Add ``workload generate`` and ``workload show`` to the ``beamer`` command."""
+    parser = subparsers.add_parser(
+        "workload", help="generate, convert and inspect workloads", description=__doc__
+    )
+    commands = parser.add_subparsers(dest="workload_command", required=True, metavar="ACTION")
+
+    generate = commands.add_parser(
+        "generate",
+        help="write a workload as beamer-workload/1 JSON",
+        description="Generate an HP-tuning workload (or convert the FB2010 trace) to JSON.",
+    )
+    generate.add_argument("--kind", choices=("hp-tuning", "fb2010"), default="hp-tuning")
+    generate.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    generate.add_argument(
+        "--load", type=float, default=None, help="target offered load (hp-tuning default 0.8)"
+    )
+    generate.add_argument("--jobs", type=int, default=None, help="number of tuning jobs")
+    generate.add_argument("--hosts", type=int, default=None, help="number of hosts")
+    generate.add_argument(
+        "--link-bps", type=float, default=None, help="host link rate in bit/s (default 10e9)"
+    )
+    generate.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="multiply every duration by this factor, shrinking bytes to keep the shape",
+    )
+    generate.add_argument("--out", type=Path, required=True, help="output JSON file")
+    generate.set_defaults(func=_generate)
+
+    show = commands.add_parser(
+        "show",
+        help="summarise a workload",
+        description="Summarise a workload: hp-tuning, fb2010, or a JSON / trace file.",
+    )
+    show.add_argument("workload", help="hp-tuning, fb2010, or a file")
+    show.add_argument("--seed", type=int, default=1, help="seed for hp-tuning (default 1)")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(func=_show)
+
+    trace = commands.add_parser(
+        "to-trace",
+        help="write a single-coflow workload in Coflow-Benchmark format",
+        description="Write a workload of single coflows as a Coflow-Benchmark trace.",
+    )
+    trace.add_argument("workload", help="fb2010, or a file")
+    trace.add_argument("--out", type=Path, required=True, help="output trace file")
+    trace.set_defaults(func=_to_trace)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    if args.kind == "fb2010":
+        for flag in ("jobs", "hosts", "link_bps", "time_scale"):
+            if getattr(args, flag) is not None:
+                raise UserError(f"--{flag.replace('_', '-')} applies to --kind hp-tuning only")
+        workload = load_workload("fb2010", load=args.load)
+    else:
+        config = HpTuningConfig()
+        if args.jobs is not None:
+            config = dataclasses.replace(config, num_jobs=args.jobs)
+        if args.hosts is not None:
+            config = dataclasses.replace(config, num_hosts=args.hosts)
+        if args.link_bps is not None or args.time_scale is not None:
+            config = shrink(
+                config,
+                link_bps=config.link_bps if args.link_bps is None else args.link_bps,
+                time_scale=1.0 if args.time_scale is None else args.time_scale,
+            )
+        workload = load_workload("hp-tuning", seed=args.seed, load=args.load, config=config)
+    json_format.write(workload, args.out)
+    summary = summarize(workload)
+    print(
+        f"wrote {args.out}: {summary.experiments} experiments, {summary.coflows} coflows, "
+        f"{summary.total_bytes / 1e9:.3f} GB"
+    )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    summary = summarize(load_workload(args.workload, seed=args.seed))
+    if args.json:
+        print(json.dumps(dataclasses.asdict(summary), sort_keys=True))
+        return 0
+    load = "n/a" if summary.offered_load is None else f"{summary.offered_load:.3f}"
+    kinds = ", ".join(f"{kind} {count}" for kind, count in summary.kinds.items()) or "none"
+    rows = [
+        ("hosts", f"{summary.num_hosts} at {summary.link_bps / 1e9:g} Gbit/s"),
+        ("experiments", f"{summary.experiments} ({kinds})"),
+        ("jobs (arrival times)", str(summary.jobs)),
+        ("stages", str(summary.stages)),
+        ("trial-stages", str(summary.trial_stages)),
+        ("coflows", str(summary.coflows)),
+        ("flows", str(summary.flows)),
+        ("bytes", f"{summary.total_bytes:,} ({summary.total_bytes / 1e9:.3f} GB)"),
+        ("arrivals", f"{summary.first_arrival_s:.3f} s .. {summary.last_arrival_s:.3f} s"),
+        ("offered load", load),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+def _to_trace(args: argparse.Namespace) -> int:
+    workload = load_workload(args.workload)
+    coflow_benchmark.write(workload, args.out)
+    print(f"wrote {args.out}: {len(workload.experiments)} coflows")
+    return 0

@@ -1,0 +1,328 @@
+"""Hyper-parameter tuning workload: successive-halving runs and Hyperband brackets.
+
+A *job* is one tuning run submitted by a user: either one successive-halving
+run (SHA, Jamieson & Talwalkar, AISTATS 2016) or one Hyperband run (Li et al.,
+JMLR 18(185), 2018), which is a set of independent brackets submitted
+together. Every SHA run and every bracket becomes one
+:class:`~control.model.Experiment` whose stages are the halving rounds.
+
+With maximum budget R and reduction factor η: s_max = ⌊log_η R⌋; bracket
+s ∈ {s_max, …, 0} starts n = ⌈(s_max+1)/(s+1)⌉·η^s trials at budget
+r = R·η^(−s); its stage i ∈ {0, …, s} runs n_i = ⌊n·η^(−i)⌋ trials for
+r_i = r·η^i budget units each, and keeps the best ⌊n_i/η⌋ for stage i+1. An SHA
+run is the most exploratory bracket, s = s_max (n = η^s_max trials at budget
+R·η^(−s_max)). Which trials are "best" is drawn by the seed: the network
+workload does not depend on the learning curves, only on how many trials
+survive. A promoted trial keeps its id and its hosts.
+
+The remaining modelling rules are documented in ``workloads/FORMAT.md``
+(section "HP-tuning generator") and on :class:`HpTuningConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+from control.errors import UserError
+from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.models import MODELS, DlModel, get_model
+
+Pattern = Literal["ring", "ps"]
+JobKind = Literal["sha", "hyperband"]
+
+MAX_ID = 0xFFFF
+"""Experiment and trial ids travel in 16-bit fields of the Beamer tag."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What a tuning job runs: SHA or Hyperband with maximum budget R and reduction η."""
+
+    kind: JobKind
+    max_budget: int
+    eta: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sha", "hyperband"):
+            raise UserError(f"job kind must be 'sha' or 'hyperband', not {self.kind!r}")
+        if self.eta < 2:
+            raise UserError(f"reduction factor eta must be >= 2, not {self.eta}")
+        if self.max_budget < 1:
+            raise UserError(f"maximum budget R must be >= 1, not {self.max_budget}")
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """One halving round: ``trials`` trials each get ``budget`` units (r_i, may be a fraction)."""
+
+    trials: int
+    budget: Fraction
+
+
+DEFAULT_JOBS: tuple[JobShape, ...] = (
+    # DESIGN.md §5's fluid model used SHA with 8 trials, η = 2 and wider stages
+    # with 16 trials, η = 4; Hyperband with η = 3 is the setting of Li et al.
+    JobShape("sha", max_budget=8, eta=2),
+    JobShape("sha", max_budget=16, eta=4),
+    JobShape("hyperband", max_budget=9, eta=3),
+    JobShape("hyperband", max_budget=8, eta=2),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HpTuningConfig:
+    """Everything that shapes a generated HP-tuning workload (same config → same workload).
+
+    Defaults, and why:
+
+    * 16 hosts at 10 Gbit/s: a small shared GPU cluster on commodity 10 GbE, where
+      one VGG-16 ring synchronisation (about 0.8 GB per worker) takes longer
+      than its iteration's compute, so network scheduling matters.
+    * ``load`` 0.8: offered bytes per second over the hosts' total uplink
+      capacity (see :func:`arrival_rate_per_s`).
+    * 12 jobs drawn uniformly from :data:`DEFAULT_JOBS` (SHA runs and Hyperband
+      brackets of mixed shapes): about 1,900 coflows with the default
+      ``iterations_per_unit`` of 2.
+    * every model of :data:`workloads.models.MODELS`, 2, 4 or 8 workers per trial,
+      ring all-reduce or a parameter server, all drawn uniformly per job.
+    * ``iterations_per_unit``: one budget unit is this many synchronised
+      iterations. Real tuning spends hundreds of iterations per unit; a small
+      number keeps the stage structure (barriers, relative stage sizes) while a
+      run stays at a few thousand coflows.
+    * ``bytes_scale`` multiplies every synchronisation size, ``time_scale``
+      every compute time; arrivals always follow from ``load``. :func:`shrink`
+      sets both so that a run keeps its shape on slower links.
+    """
+
+    seed: int = 1
+    num_hosts: int = 16
+    link_bps: float = 10e9
+    load: float = 0.8
+    num_jobs: int = 12
+    jobs: tuple[JobShape, ...] = DEFAULT_JOBS
+    models: tuple[str, ...] = field(default_factory=lambda: tuple(MODELS))
+    workers: tuple[int, ...] = (2, 4, 8)
+    patterns: tuple[Pattern, ...] = ("ring", "ps")
+    iterations_per_unit: int = 2
+    bytes_scale: float = 1.0
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num_hosts < 2:
+            raise UserError(f"num_hosts must be >= 2, not {self.num_hosts}")
+        _require_positive("link_bps", self.link_bps)
+        _require_positive("load", self.load)
+        _require_positive("bytes_scale", self.bytes_scale)
+        _require_positive("time_scale", self.time_scale)
+        if self.num_jobs < 1:
+            raise UserError(f"num_jobs must be >= 1, not {self.num_jobs}")
+        if self.iterations_per_unit < 1:
+            raise UserError(f"iterations_per_unit must be >= 1, not {self.iterations_per_unit}")
+        if not self.jobs or not self.models or not self.workers or not self.patterns:
+            raise UserError("jobs, models, workers and patterns must each list at least one choice")
+        for name in self.models:
+            get_model(name)
+        for pattern in self.patterns:
+            if pattern not in ("ring", "ps"):
+                raise UserError(f"pattern must be 'ring' or 'ps', not {pattern!r}")
+        for workers in self.workers:
+            hosts_needed = workers + (1 if "ps" in self.patterns else 0)
+            if workers < 2 or hosts_needed > self.num_hosts:
+                raise UserError(
+                    f"{workers} workers per trial need 2..{self.num_hosts} distinct hosts "
+                    f"(a parameter server takes one more)"
+                )
+
+
+def _require_positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{name} must be a positive number, not {value}")
+
+
+def shrink(config: HpTuningConfig, *, link_bps: float, time_scale: float) -> HpTuningConfig:
+    """The same workload on ``link_bps`` links with every duration multiplied by ``time_scale``.
+
+    Bytes shrink by ``time_scale × link_bps / config.link_bps`` so a transfer
+    alone takes ``time_scale`` × its original time; compute times shrink by
+    ``time_scale``; the load (hence arrival gaps, which scale likewise) is kept.
+    The random draws do not depend on the scales, so structure and placement
+    are identical.
+    """
+    _require_positive("link_bps", link_bps)
+    _require_positive("time_scale", time_scale)
+    return dataclasses.replace(
+        config,
+        link_bps=link_bps,
+        bytes_scale=config.bytes_scale * time_scale * link_bps / config.link_bps,
+        time_scale=config.time_scale * time_scale,
+    )
+
+
+def max_bracket(max_budget: int, eta: int) -> int:
+    """s_max = ⌊log_η R⌋, in integers (floating logs misround exact powers)."""
+    s_max = 0
+    while eta ** (s_max + 1) <= max_budget:
+        s_max += 1
+    return s_max
+
+
+def bracket_plan(max_budget: int, eta: int, s: int) -> tuple[StagePlan, ...]:
+    """The stages of Hyperband bracket ``s``: n_i trials at r_i budget units, i = 0..s."""
+    s_max = max_bracket(max_budget, eta)
+    if not 0 <= s <= s_max:
+        raise UserError(f"bracket s={s} outside 0..{s_max} for R={max_budget}, eta={eta}")
+    n = -(-(s_max + 1) // (s + 1)) * eta**s
+    r = Fraction(max_budget, eta**s)
+    return tuple(StagePlan(trials=n // eta**i, budget=r * eta**i) for i in range(s + 1))
+
+
+def job_brackets(shape: JobShape) -> tuple[int, ...]:
+    """Brackets a job runs: SHA runs s_max only, Hyperband all of s_max..0."""
+    s_max = max_bracket(shape.max_budget, shape.eta)
+    return (s_max,) if shape.kind == "sha" else tuple(range(s_max, -1, -1))
+
+
+def iterations_for(budget: Fraction, iterations_per_unit: int) -> int:
+    """Iterations for a budget: rounded to the nearest whole iteration, at least one."""
+    return max(1, round(budget * iterations_per_unit))
+
+
+def sync_flows(pattern: Pattern, hosts: Sequence[int], model_bytes: int) -> tuple[Flow, ...]:
+    """One iteration's synchronisation.
+
+    ``ring``: all-reduce on the ring ``hosts`` in order; each worker sends
+    2(w−1)/w × model bytes to its successor (reduce-scatter then all-gather).
+    ``ps``: ``hosts[0]`` is the parameter server; every worker pushes its
+    gradients (model bytes) to it and pulls the updated model back.
+    """
+    if pattern == "ring":
+        w = len(hosts)
+        size = round(2 * (w - 1) * model_bytes / w)
+        return tuple(Flow(hosts[k], hosts[(k + 1) % w], size) for k in range(w))
+    server, workers = hosts[0], hosts[1:]
+    pushes = tuple(Flow(worker, server, model_bytes) for worker in workers)
+    pulls = tuple(Flow(server, worker, model_bytes) for worker in workers)
+    return pushes + pulls
+
+
+@dataclass(frozen=True, slots=True)
+class _JobDraw:
+    """The random choices of one job, made before arrival times are known."""
+
+    shape: JobShape
+    model: DlModel
+    workers: int
+    pattern: Pattern
+    brackets: tuple[tuple[int, tuple[Stage, ...]], ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(stage.total_bytes for _, stages in self.brackets for stage in stages)
+
+
+def _draw_bracket(
+    rng: random.Random, config: HpTuningConfig, job: tuple[JobShape, DlModel, int, Pattern], s: int
+) -> tuple[Stage, ...]:
+    shape, model, workers, pattern = job
+    plan = bracket_plan(shape.max_budget, shape.eta, s)
+    model_bytes = max(1, round(model.sync_bytes * config.bytes_scale))
+    compute_s = model.compute_s * config.time_scale
+    hosts_per_trial = workers + (1 if pattern == "ps" else 0)
+    # Placement: each trial's hosts are drawn uniformly without replacement
+    # (for "ps" the first one is the server); trials share hosts freely.
+    hosts = {
+        trial_id: tuple(rng.sample(range(config.num_hosts), hosts_per_trial))
+        for trial_id in range(plan[0].trials)
+    }
+    flows = {trial_id: sync_flows(pattern, h, model_bytes) for trial_id, h in hosts.items()}
+    if plan[0].trials - 1 > MAX_ID:
+        raise UserError(f"bracket with {plan[0].trials} trials exceeds 16-bit trial ids")
+    running = list(range(plan[0].trials))
+    stages = []
+    for stage_id, step in enumerate(plan):
+        iterations = iterations_for(step.budget, config.iterations_per_unit)
+        trials = tuple(
+            TrialStage(trial_id, iterations, compute_s, flows[trial_id], hosts[trial_id])
+            for trial_id in running
+        )
+        stages.append(Stage(stage_id, trials))
+        if stage_id + 1 < len(plan):
+            running = sorted(rng.sample(running, plan[stage_id + 1].trials))
+    return tuple(stages)
+
+
+def _draw_job(rng: random.Random, config: HpTuningConfig) -> _JobDraw:
+    shape = rng.choice(config.jobs)
+    model = get_model(rng.choice(config.models))
+    workers = rng.choice(config.workers)
+    pattern = rng.choice(config.patterns)
+    job = (shape, model, workers, pattern)
+    brackets = tuple((s, _draw_bracket(rng, config, job, s)) for s in job_brackets(shape))
+    return _JobDraw(shape, model, workers, pattern, brackets)
+
+
+def arrival_rate_per_s(config: HpTuningConfig, mean_job_bytes: float) -> float:
+    """Poisson job arrival rate λ giving offered load ``config.load``.
+
+    offered load = λ × E[bytes per job] × 8 / (num_hosts × link_bps): bytes
+    offered per second over the total host link capacity. Every byte leaves
+    through one host uplink and enters through one downlink, so this is the
+    average utilisation of the uplinks (and of the downlinks) once all is carried.
+    """
+    capacity_bytes_per_s = config.num_hosts * config.link_bps / 8
+    return config.load * capacity_bytes_per_s / mean_job_bytes
+
+
+def generate(config: HpTuningConfig | None = None) -> Workload:
+    """A seeded HP-tuning workload; the same config always gives the same workload."""
+    config = config or HpTuningConfig()
+    rng = random.Random(config.seed)
+    draws = [_draw_job(rng, config) for _ in range(config.num_jobs)]
+    # Poisson arrivals conditioned on the window: the first job arrives at 0 and
+    # the K−1 exponential gaps are normalised to span exactly (K−1)/λ. Given
+    # their number, Poisson arrivals in a window are uniformly spread, which the
+    # normalised gaps reproduce; it removes the ±30 % load noise that a dozen
+    # unconditioned arrivals carry. Gaps are drawn independently of the scales.
+    unit_gaps = [rng.expovariate(1.0) for _ in range(config.num_jobs - 1)]
+    mean_job_bytes = sum(draw.total_bytes for draw in draws) / len(draws)
+    rate_per_s = arrival_rate_per_s(config, mean_job_bytes)
+    gap_sum = sum(unit_gaps)
+    gaps_s = [0.0] + [gap / gap_sum * len(unit_gaps) / rate_per_s for gap in unit_gaps]
+    experiments: list[Experiment] = []
+    jobs: list[dict[str, object]] = []
+    arrival_s = 0.0
+    for draw, gap_s in zip(draws, gaps_s, strict=True):
+        arrival_s += gap_s
+        first_id = len(experiments)
+        for _, stages in draw.brackets:
+            if len(experiments) > MAX_ID:
+                raise UserError("more than 65,536 experiments exceed 16-bit experiment ids")
+            experiments.append(Experiment(len(experiments), arrival_s, stages, draw.shape.kind))
+        jobs.append(
+            {
+                "experiments": list(range(first_id, len(experiments))),
+                "brackets": [s for s, _ in draw.brackets],
+                "kind": draw.shape.kind,
+                "max_budget": draw.shape.max_budget,
+                "eta": draw.shape.eta,
+                "model": draw.model.name,
+                "workers": draw.workers,
+                "pattern": draw.pattern,
+            }
+        )
+    # meta records how the workload was made; it does not change what runs.
+    meta = {
+        "generator": "hp-tuning",
+        "seed": str(config.seed),
+        "load": repr(config.load),
+        "config": json.dumps(dataclasses.asdict(config), sort_keys=True),
+        "jobs": json.dumps(jobs),
+    }
+    return Workload(config.num_hosts, config.link_bps, tuple(experiments), meta)

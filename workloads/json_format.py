@@ -1,0 +1,364 @@
+"""The JSON workload format ``beamer-workload/1`` (documented in ``workloads/FORMAT.md``).
+
+Every run can be reproduced from such a file: :func:`write` and :func:`read`
+round-trip a :class:`~control.model.Workload` without loss. Reading is strict:
+any wrong type, range or unknown field is a :class:`UserError` naming
+``file:line``, the JSON path of the offending value and what is wrong.
+
+Line numbers cost nothing on the happy path: the document is parsed by the
+standard ``json`` module, and only when a value is rejected is the text walked
+again, along the value's JSON path, to find where that value starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from control.errors import UserError
+from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.atomic import atomic_write_text
+
+FORMAT_ID = "beamer-workload/1"
+MAX_ID = 0xFFFF
+"""Experiment, stage and trial ids travel in 16-bit fields of the Beamer tag."""
+
+JsonPath = tuple[str | int, ...]
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- writing
+
+
+def to_document(workload: Workload) -> dict[str, Any]:
+    """The JSON document (plain dicts and lists) for ``workload``."""
+    return {
+        "format": FORMAT_ID,
+        "num_hosts": workload.num_hosts,
+        "link_bps": workload.link_bps,
+        "meta": dict(workload.meta),
+        "experiments": [
+            {
+                "experiment_id": experiment.experiment_id,
+                "arrival_s": experiment.arrival_s,
+                "kind": experiment.kind,
+                "weight": experiment.weight,
+                "stages": [
+                    {
+                        "stage_id": stage.stage_id,
+                        "trials": [
+                            {
+                                "trial_id": trial.trial_id,
+                                "iterations": trial.iterations,
+                                "compute_s": trial.compute_s,
+                                "hosts": list(trial.hosts),
+                                "sync_flows": [
+                                    [flow.src_host, flow.dst_host, flow.size_bytes]
+                                    for flow in trial.sync_flows
+                                ],
+                            }
+                            for trial in stage.trials
+                        ],
+                    }
+                    for stage in experiment.stages
+                ],
+            }
+            for experiment in workload.experiments
+        ],
+    }
+
+
+def dumps(workload: Workload) -> str:
+    """The file text: containers one item per line, lists of plain values on one line.
+
+    So each flow ``[src, dst, bytes]`` sits on its own line and error messages
+    can point at it.
+    """
+    parts: list[str] = []
+    _dump_value(to_document(workload), 0, parts)
+    parts.append("\n")
+    return "".join(parts)
+
+
+def _dump_value(value: Any, depth: int, parts: list[str]) -> None:
+    inner = "  " * (depth + 1)
+    if isinstance(value, dict) and value:
+        parts.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            parts.append(("," if index else "") + "\n" + inner + json.dumps(key) + ": ")
+            _dump_value(item, depth + 1, parts)
+        parts.append("\n" + "  " * depth + "}")
+    elif isinstance(value, list) and any(isinstance(item, dict | list) for item in value):
+        parts.append("[")
+        for index, item in enumerate(value):
+            parts.append(("," if index else "") + "\n" + inner)
+            _dump_value(item, depth + 1, parts)
+        parts.append("\n" + "  " * depth + "]")
+    else:
+        parts.append(json.dumps(value, allow_nan=False))
+
+
+def write(workload: Workload, path: str | os.PathLike[str]) -> None:
+    """Write ``workload`` to ``path`` atomically (temporary file beside it, then rename)."""
+    atomic_write_text(Path(path), dumps(workload))
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _Invalid(Exception):
+    """A rejected value: where it is (JSON path) and what is wrong."""
+
+    def __init__(self, path: JsonPath, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def read(path: str | os.PathLike[str]) -> Workload:
+    """Read a ``beamer-workload/1`` file; bad content raises :class:`UserError`."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{source}: no such file") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{source}: not UTF-8 text ({error.reason})") from None
+    except OSError as error:
+        raise UserError(f"{source}: cannot read: {error.strerror or error}") from None
+    return loads(text, str(source))
+
+
+def loads(text: str, source: str = "<string>") -> Workload:
+    """Parse workload JSON ``text``; ``source`` names it in error messages."""
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise UserError(
+            f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
+        ) from None
+    except ValueError as error:
+        raise UserError(f"{source}: invalid JSON: {error}") from None
+    try:
+        return _workload(document)
+    except _Invalid as invalid:
+        line = _line_of(text, invalid.path)
+        raise UserError(f"{source}:{line}: {_path_name(invalid.path)}: {invalid.message}") from None
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a number in JSON")
+
+
+def _path_name(path: JsonPath) -> str:
+    return "$" + "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)
+
+
+# -- finding the line of a value ------------------------------------------
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _line_of(text: str, path: JsonPath) -> int:
+    """1-based line where the value at ``path`` starts (its nearest found ancestor's)."""
+    offset = _offset_of(text, path)
+    return text.count("\n", 0, offset) + 1
+
+
+def _offset_of(text: str, path: JsonPath) -> int:
+    position = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+    for step in path:
+        found = _child_offset(text, position, step)
+        if found is None:
+            break
+        position = found
+    return position
+
+
+def _skip(text: str, position: int) -> int:
+    return _WHITESPACE.match(text, position).end()  # type: ignore[union-attr]
+
+
+def _child_offset(text: str, position: int, step: str | int) -> int | None:
+    """Offset of member ``step`` of the object or array starting at ``position``."""
+    opener = text[position : position + 1]
+    if opener not in ("{", "[") or (opener == "{") != isinstance(step, str):
+        return None
+    closer = "}" if opener == "{" else "]"
+    position = _skip(text, position + 1)
+    found: int | None = None
+    index = 0
+    while position < len(text) and text[position] != closer:
+        if opener == "{":
+            key, position = _scanstring(text, position + 1)
+            position = _skip(text, _skip(text, position) + 1)  # past ':'
+            if key == step:
+                found = position  # the last duplicate wins, as in json.loads
+        elif index == step:
+            return position
+        _, position = _DECODER.raw_decode(text, position)
+        position = _skip(text, position)
+        if text[position : position + 1] == ",":
+            position = _skip(text, position + 1)
+        index += 1
+    return found
+
+
+# -- validation -------------------------------------------------------------
+
+
+def _fields(
+    value: Any, path: JsonPath, required: Sequence[str], optional: Sequence[str] = ()
+) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _Invalid(path, f"expected an object, got {_type_name(value)}")
+    for name in required:
+        if name not in value:
+            raise _Invalid(path, f"missing field {name!r}")
+    for name in value:
+        if name not in required and name not in optional:
+            raise _Invalid((*path, name), f"unknown field {name!r}")
+    return value
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _integer(value: Any, path: JsonPath, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(path, f"expected an integer, got {_type_name(value)}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise _Invalid(path, f"{value} is out of range (must be {bound})")
+    return value
+
+
+def _number(value: Any, path: JsonPath, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(path, f"expected a number, got {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise _Invalid(path, "expected a finite number")
+    if positive and number <= 0:
+        raise _Invalid(path, f"{value} must be positive")
+    if number < 0:
+        raise _Invalid(path, f"{value} must not be negative")
+    return number
+
+
+def _string(value: Any, path: JsonPath) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(path, f"expected a string, got {_type_name(value)}")
+    return value
+
+
+def _array(
+    value: Any, path: JsonPath, item: Callable[[Any, JsonPath], T], *, non_empty: bool = False
+) -> tuple[T, ...]:
+    if not isinstance(value, list):
+        raise _Invalid(path, f"expected an array, got {_type_name(value)}")
+    if non_empty and not value:
+        raise _Invalid(path, "must not be empty")
+    return tuple(item(element, (*path, index)) for index, element in enumerate(value))
+
+
+def _unique_ids(ids: Sequence[int], path: JsonPath, item_path: Sequence[str]) -> None:
+    seen: set[int] = set()
+    for index, identifier in enumerate(ids):
+        if identifier in seen:
+            raise _Invalid((*path, index, *item_path), f"duplicate {item_path[-1]} {identifier}")
+        seen.add(identifier)
+
+
+def _workload(document: Any) -> Workload:
+    top = _fields(document, (), ("format", "num_hosts", "link_bps", "experiments"), ("meta",))
+    if top["format"] != FORMAT_ID:
+        raise _Invalid(
+            ("format",), f"unsupported format {top['format']!r} (expected {FORMAT_ID!r})"
+        )
+    num_hosts = _integer(top["num_hosts"], ("num_hosts",), 1)
+    link_bps = _number(top["link_bps"], ("link_bps",), positive=True)
+    meta_value = top.get("meta", {})
+    if not isinstance(meta_value, dict):
+        raise _Invalid(("meta",), f"expected an object, got {_type_name(meta_value)}")
+    meta = {key: _string(item, ("meta", key)) for key, item in meta_value.items()}
+
+    def experiment(value: Any, path: JsonPath) -> Experiment:
+        return _experiment(value, path, num_hosts)
+
+    experiments = _array(top["experiments"], ("experiments",), experiment)
+    _unique_ids([e.experiment_id for e in experiments], ("experiments",), ("experiment_id",))
+    return Workload(num_hosts, link_bps, experiments, meta)
+
+
+def _experiment(value: Any, path: JsonPath, num_hosts: int) -> Experiment:
+    fields = _fields(value, path, ("experiment_id", "arrival_s", "stages"), ("kind", "weight"))
+    experiment_id = _integer(fields["experiment_id"], (*path, "experiment_id"), 0, MAX_ID)
+    arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False)
+    kind = _string(fields.get("kind", "sha"), (*path, "kind"))
+    weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True)
+
+    def stage(value: Any, stage_path: JsonPath) -> Stage:
+        return _stage(value, stage_path, num_hosts)
+
+    stages = _array(fields["stages"], (*path, "stages"), stage, non_empty=True)
+    _unique_ids([s.stage_id for s in stages], (*path, "stages"), ("stage_id",))
+    return Experiment(experiment_id, arrival_s, stages, kind, weight)
+
+
+def _stage(value: Any, path: JsonPath, num_hosts: int) -> Stage:
+    fields = _fields(value, path, ("stage_id", "trials"))
+    stage_id = _integer(fields["stage_id"], (*path, "stage_id"), 0, MAX_ID)
+
+    def trial(value: Any, trial_path: JsonPath) -> TrialStage:
+        return _trial(value, trial_path, num_hosts)
+
+    trials = _array(fields["trials"], (*path, "trials"), trial, non_empty=True)
+    _unique_ids([t.trial_id for t in trials], (*path, "trials"), ("trial_id",))
+    return Stage(stage_id, trials)
+
+
+def _trial(value: Any, path: JsonPath, num_hosts: int) -> TrialStage:
+    fields = _fields(value, path, ("trial_id", "iterations", "compute_s", "sync_flows"), ("hosts",))
+    trial_id = _integer(fields["trial_id"], (*path, "trial_id"), 0, MAX_ID)
+    iterations = _integer(fields["iterations"], (*path, "iterations"), 1)
+    compute_s = _number(fields["compute_s"], (*path, "compute_s"), positive=False)
+
+    def host(value: Any, host_path: JsonPath) -> int:
+        return _integer(value, host_path, 0, num_hosts - 1)
+
+    def flow(value: Any, flow_path: JsonPath) -> Flow:
+        return _flow(value, flow_path, num_hosts)
+
+    hosts = _array(fields.get("hosts", []), (*path, "hosts"), host)
+    flows = _array(fields["sync_flows"], (*path, "sync_flows"), flow)
+    return TrialStage(trial_id, iterations, compute_s, flows, hosts)
+
+
+def _flow(value: Any, path: JsonPath, num_hosts: int) -> Flow:
+    if not isinstance(value, list) or len(value) != 3:
+        raise _Invalid(path, "expected [src_host, dst_host, size_bytes]")
+    src = _integer(value[0], (*path, 0), 0, num_hosts - 1)
+    dst = _integer(value[1], (*path, 1), 0, num_hosts - 1)
+    if src == dst:
+        raise _Invalid(path, f"flow from host {src} to itself does not cross the network")
+    size = _integer(value[2], (*path, 2), 1)
+    return Flow(src, dst, size)

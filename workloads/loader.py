@@ -1,0 +1,60 @@
+"""One entry point for every workload source: generator, named trace, or a file.
+
+``spec`` is ``hp-tuning`` (generated), ``fb2010`` (the Coflow-Benchmark trace
+at its default location, see :func:`workloads.coflow_benchmark.default_trace_path`),
+or a path to a workload file, whose format is recognised by content: a JSON
+document (first non-blank character ``{``) or Coflow-Benchmark text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from control.errors import UserError
+from control.model import Workload
+from workloads import coflow_benchmark, hp_tuning, json_format
+from workloads.summary import rescale_to_load
+
+NAMED_WORKLOADS = ("hp-tuning", "fb2010")
+
+
+def load_workload(
+    spec: str,
+    *,
+    seed: int = 1,
+    load: float | None = None,
+    config: hp_tuning.HpTuningConfig | None = None,
+) -> Workload:
+    """Resolve ``spec`` to a workload.
+
+    ``seed`` and ``load`` override ``config`` (default :class:`HpTuningConfig`)
+    for ``hp-tuning``. For a trace or a file, ``load`` (when given) stretches
+    the arrival times so that the offered load is ``load``; ``seed`` is unused.
+    """
+    if spec == "hp-tuning":
+        base = config or hp_tuning.HpTuningConfig()
+        chosen_load = base.load if load is None else load
+        return hp_tuning.generate(dataclasses.replace(base, seed=seed, load=chosen_load))
+    if spec == "fb2010":
+        workload = read_file(coflow_benchmark.default_trace_path())
+    else:
+        workload = read_file(Path(spec))
+    return workload if load is None else rescale_to_load(workload, load)
+
+
+def read_file(path: Path) -> Workload:
+    """Read a JSON workload or a Coflow-Benchmark trace, told apart by content."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+    except FileNotFoundError:
+        hint = "" if path.suffix else f" (named workloads: {', '.join(NAMED_WORKLOADS)})"
+        raise UserError(f"{path}: no such file{hint}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a workload file") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
+    if head.lstrip().startswith(b"{"):
+        return json_format.read(path)
+    return coflow_benchmark.read(path)
