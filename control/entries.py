@@ -112,21 +112,21 @@ class PipelineLayout:
     stage_table: str = "MyIngress.stage_class"
     stage_fields: Mapping[str, str] = field(
         default_factory=lambda: {
-            "experiment_id": "hdr.beamer.experiment_id",
-            "stage_id": "hdr.beamer.stage_id",
+            "experiment_id": "hdr.beamer_tag.experiment_id",
+            "stage_id": "hdr.beamer_tag.stage_id",
         }
     )
-    stage_action: str = "MyIngress.set_stage_class"
+    stage_action: str = "MyIngress.set_class"
     coflow_table: str = "MyIngress.coflow_class"
     coflow_fields: Mapping[str, str] = field(
         default_factory=lambda: {
-            "experiment_id": "hdr.beamer.experiment_id",
-            "stage_id": "hdr.beamer.stage_id",
-            "coflow_id": "hdr.beamer.coflow_id",
+            "experiment_id": "hdr.beamer_tag.experiment_id",
+            "stage_id": "hdr.beamer_tag.stage_id",
+            "coflow_id": "hdr.beamer_tag.coflow_id",
         }
     )
-    coflow_action: str = "MyIngress.set_coflow_class"
-    class_param: str = "class"
+    coflow_action: str = "MyIngress.set_class"
+    class_param: str = "class_id"
 
 
 def coflow_tag(key: CoflowKey) -> int:

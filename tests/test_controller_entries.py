@@ -44,18 +44,18 @@ tables {
 }
 tables {
   preamble { id: 2 name: "MyIngress.stage_class" alias: "stage_class" }
-  match_fields { id: 1 name: "hdr.beamer.experiment_id" bitwidth: 16 match_type: EXACT }
-  match_fields { id: 2 name: "hdr.beamer.stage_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 1 name: "hdr.beamer_tag.experiment_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 2 name: "hdr.beamer_tag.stage_id" bitwidth: 16 match_type: EXACT }
   action_refs { id: 12 }
   direct_resource_ids: 31
   size: 8
 }
 tables {
   preamble { id: 3 name: "MyIngress.coflow_class" alias: "coflow_class" }
-  match_fields { id: 1 name: "hdr.beamer.experiment_id" bitwidth: 16 match_type: EXACT }
-  match_fields { id: 2 name: "hdr.beamer.stage_id" bitwidth: 16 match_type: EXACT }
-  match_fields { id: 3 name: "hdr.beamer.coflow_id" bitwidth: 32 match_type: EXACT }
-  action_refs { id: 13 }
+  match_fields { id: 1 name: "hdr.beamer_tag.experiment_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 2 name: "hdr.beamer_tag.stage_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 3 name: "hdr.beamer_tag.coflow_id" bitwidth: 32 match_type: EXACT }
+  action_refs { id: 12 }
   size: 4
 }
 actions {
@@ -64,12 +64,8 @@ actions {
   params { id: 2 name: "port" bitwidth: 9 }
 }
 actions {
-  preamble { id: 12 name: "MyIngress.set_stage_class" alias: "set_stage_class" }
-  params { id: 1 name: "class" bitwidth: 3 }
-}
-actions {
-  preamble { id: 13 name: "MyIngress.set_coflow_class" alias: "set_coflow_class" }
-  params { id: 1 name: "class" bitwidth: 3 }
+  preamble { id: 12 name: "MyIngress.set_class" alias: "set_class" }
+  params { id: 1 name: "class_id" bitwidth: 3 }
 }
 direct_counters {
   preamble { id: 31 name: "MyIngress.stage_bytes" }
@@ -104,7 +100,7 @@ def test_names_resolve_full_names_and_aliases() -> None:
     assert names.table("stage_class").id == 2
     assert names.table("MyIngress.coflow_class").size == 4
     assert names.table("stage_class").direct_counter_id == 31
-    assert names.action("set_coflow_class").param("class").bitwidth == 3
+    assert names.action("set_class").param("class_id").bitwidth == 3
     assert names.counter("stage_bytes").direct_table_id == 2
     with pytest.raises(P4NameError, match="table 'nope' is not in the P4Info"):
         names.table("nope")
@@ -183,7 +179,7 @@ def test_idle_stages_keep_their_class() -> None:
 
 
 def _entry(table: str, value: int, klass: int) -> tuple[EntryKey, ActionCall]:
-    return EntryKey(table, (("f", Exact(value)),)), ActionCall("a", (("class", klass),))
+    return EntryKey(table, (("f", Exact(value)),)), ActionCall("a", (("class_id", klass),))
 
 
 def test_diff_sends_only_changes() -> None:

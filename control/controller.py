@@ -1,0 +1,825 @@
+"""The Beamer controller daemon: events → policy → classes → table entries on every switch.
+
+One lock serialises everything that changes state: an event is validated
+against the schedule, applied, the policy re-ranks the active coflows (the same
+code the simulator runs), :mod:`control.quantize` maps the ranking onto the K
+strict-priority classes, and each switch gets only the difference between the
+entries it should hold and those it holds, written make-before-break
+(:mod:`control.entries`). The event's reply leaves once every switch has
+acknowledged its writes, so "event in → reply" is the reaction time.
+
+A supervisor thread keeps the switches in shape: it reconnects a switch whose
+stream broke (restart), re-pushes the pipeline when the switch lost it, reads
+the tables back and writes only what differs, and polls the stage counters
+that non-clairvoyant policies use as progress. A controller that restarts does
+the same on its first connection, so it neither duplicates nor leaves stale
+entries. A controller whose election id loses arbitration never writes and
+says so in its status and log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from control.entries import (
+    ClassPlan,
+    EntryMap,
+    PipelineLayout,
+    batches,
+    canonical_map,
+    coflow_tag,
+    diff,
+    forwarding_entries,
+    from_table_entry,
+    plan_classes,
+    plan_writes,
+)
+from control.events import (
+    CoflowFinished,
+    CoflowStarted,
+    Event,
+    EventError,
+    EventHandler,
+    ExperimentFinished,
+    ExperimentReleased,
+    StageCompleted,
+    StageReleased,
+    TrialStarted,
+    TrialStopped,
+    parse_event,
+)
+from control.model import CoflowKey, Experiment, StageKey, TrialStage
+from control.p4runtime_client import (
+    NotPrimaryError,
+    P4Names,
+    P4RuntimeClient,
+    P4RuntimeError,
+    suppress_close_errors,
+)
+from control.policies.base import CoflowState, ExperimentState, Ranking, Snapshot
+from control.topology import SwitchSpec, Topology
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LINK_BPS = 1e9
+"""Port capacity the policies see for links the topology leaves unshaped."""
+
+Target = Literal["embedded", "bmv2"]
+ClassAssigner = Callable[[Ranking, int], Sequence[tuple[CoflowKey, int]]]
+"""Ranking and K → (coflow, class) in rank order; class K−1 is the most urgent."""
+
+
+# --- schedule state ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Trial:
+    started: bool = False
+    stopped: bool = False
+    iterations_done: int = 0
+    active_iteration: int | None = None
+
+
+@dataclass(slots=True)
+class _Experiment:
+    plan: Experiment
+    arrival_s: float
+    stage_index: int = -1
+    """Index in ``plan.stages`` of the released stage; -1 before the first release."""
+    stage_running: bool = False
+    stage_release_s: float = 0.0
+    trials: dict[int, _Trial] = field(default_factory=dict)
+
+    @property
+    def stage(self) -> int:
+        return self.plan.stages[self.stage_index].stage_id
+
+    def trial_plan(self, trial_id: int) -> TrialStage | None:
+        for trial in self.plan.stages[self.stage_index].trials:
+            if trial.trial_id == trial_id:
+                return trial
+        return None
+
+
+@dataclass(slots=True)
+class _Coflow:
+    key: CoflowKey
+    arrival_s: float
+    total_bytes: float
+    by_port: dict[int, float]
+    num_flows: int
+    sent_bytes: float = 0.0
+
+
+class ScheduleState:
+    """What is running, as the events told it. Every method validates fully before it
+    changes anything, so a refused event leaves the state exactly as it was."""
+
+    def __init__(self, num_hosts: int, port_capacity_bps: Sequence[float]) -> None:
+        self.num_hosts = num_hosts
+        self.port_capacity_bps = tuple(port_capacity_bps)
+        self.experiments: dict[int, _Experiment] = {}
+        self.coflows: dict[CoflowKey, _Coflow] = {}
+
+    # -- helpers --
+
+    def _experiment(self, experiment_id: int) -> _Experiment:
+        record = self.experiments.get(experiment_id)
+        if record is None:
+            raise EventError(f"experiment {experiment_id} is not active")
+        return record
+
+    def _running(self, experiment_id: int, stage_id: int) -> _Experiment:
+        record = self._experiment(experiment_id)
+        if not record.stage_running or record.stage != stage_id:
+            running = f"stage {record.stage} is running" if record.stage_running else "none runs"
+            raise EventError(
+                f"stage {stage_id} of experiment {experiment_id} is not running ({running})"
+            )
+        return record
+
+    def _trial(self, record: _Experiment, trial_id: int) -> tuple[TrialStage, _Trial]:
+        plan = record.trial_plan(trial_id)
+        if plan is None:
+            raise EventError(
+                f"trial {trial_id} is not in the plan of stage {record.stage} "
+                f"of experiment {record.plan.experiment_id}"
+            )
+        return plan, record.trials[trial_id]
+
+    # -- events --
+
+    def apply(self, event: Event, now_s: float) -> dict[str, Any]:
+        """Apply one event; returns extra reply fields (the coflow id for coflow_started)."""
+        if isinstance(event, ExperimentReleased):
+            return self._experiment_released(event, now_s)
+        if isinstance(event, StageReleased):
+            return self._stage_released(event, now_s)
+        if isinstance(event, TrialStarted):
+            return self._trial_started(event)
+        if isinstance(event, TrialStopped):
+            return self._trial_stopped(event)
+        if isinstance(event, CoflowStarted):
+            return self._coflow_started(event, now_s)
+        if isinstance(event, CoflowFinished):
+            return self._coflow_finished(event)
+        if isinstance(event, StageCompleted):
+            return self._stage_completed(event)
+        return self._experiment_finished(event)
+
+    def _experiment_released(self, event: ExperimentReleased, now_s: float) -> dict[str, Any]:
+        plan = event.experiment
+        if plan.experiment_id in self.experiments:
+            raise EventError(f"experiment {plan.experiment_id} is already active")
+        for s_index, stage in enumerate(plan.stages):
+            for t_index, trial in enumerate(stage.trials):
+                where = f"experiment.stages[{s_index}].trials[{t_index}]"
+                for f_index, flow in enumerate(trial.sync_flows):
+                    for end, host in (("src", flow.src_host), ("dst", flow.dst_host)):
+                        if host >= self.num_hosts:
+                            raise EventError(
+                                f"{where}.flows[{f_index}].{end}: host {host} does not exist "
+                                f"(the topology has {self.num_hosts} hosts)"
+                            )
+                for h_index, host in enumerate(trial.hosts):
+                    if host >= self.num_hosts:
+                        raise EventError(f"{where}.hosts[{h_index}]: host {host} does not exist")
+        self.experiments[plan.experiment_id] = _Experiment(plan, arrival_s=now_s)
+        return {}
+
+    def _stage_released(self, event: StageReleased, now_s: float) -> dict[str, Any]:
+        record = self._experiment(event.experiment_id)
+        if record.stage_running:
+            raise EventError(
+                f"experiment {event.experiment_id}: stage {record.stage} is still running; "
+                "send stage_completed first"
+            )
+        next_index = record.stage_index + 1
+        if next_index >= len(record.plan.stages):
+            raise EventError(f"experiment {event.experiment_id} has no stage left to release")
+        expected = record.plan.stages[next_index].stage_id
+        if event.stage_id != expected:
+            raise EventError(
+                f"experiment {event.experiment_id}: the next stage in the plan is {expected}, "
+                f"not {event.stage_id}"
+            )
+        record.stage_index = next_index
+        record.stage_running = True
+        record.stage_release_s = now_s
+        record.trials = {t.trial_id: _Trial() for t in record.plan.stages[next_index].trials}
+        return {}
+
+    def _trial_started(self, event: TrialStarted) -> dict[str, Any]:
+        record = self._running(event.experiment_id, event.stage_id)
+        _, trial = self._trial(record, event.trial_id)
+        if trial.started:
+            raise EventError(f"trial {event.trial_id} has already started")
+        trial.started = True
+        return {}
+
+    def _trial_stopped(self, event: TrialStopped) -> dict[str, Any]:
+        record = self._running(event.experiment_id, event.stage_id)
+        _, trial = self._trial(record, event.trial_id)
+        if not trial.started or trial.stopped:
+            state = "has already stopped" if trial.stopped else "has not started"
+            raise EventError(f"trial {event.trial_id} {state}")
+        trial.stopped = True
+        if trial.active_iteration is not None:
+            key = CoflowKey(
+                event.experiment_id, event.stage_id, event.trial_id, trial.active_iteration
+            )
+            self.coflows.pop(key, None)
+            trial.active_iteration = None
+        return {}
+
+    def _coflow_started(self, event: CoflowStarted, now_s: float) -> dict[str, Any]:
+        record = self._running(event.experiment_id, event.stage_id)
+        plan, trial = self._trial(record, event.trial_id)
+        if not trial.started or trial.stopped:
+            state = "has stopped" if trial.stopped else "has not started (send trial_started)"
+            raise EventError(f"trial {event.trial_id} {state}")
+        if trial.active_iteration is not None:
+            raise EventError(
+                f"trial {event.trial_id}: the coflow of iteration {trial.active_iteration} "
+                "has not finished"
+            )
+        if event.iteration != trial.iterations_done:
+            raise EventError(
+                f"trial {event.trial_id}: the next iteration is {trial.iterations_done}, "
+                f"not {event.iteration}"
+            )
+        if event.iteration >= plan.iterations:
+            raise EventError(
+                f"trial {event.trial_id} has only {plan.iterations} iterations in this stage"
+            )
+        key = CoflowKey(event.experiment_id, event.stage_id, event.trial_id, event.iteration)
+        by_port: dict[int, float] = {}
+        for flow in plan.sync_flows:
+            by_port[flow.src_host] = by_port.get(flow.src_host, 0.0) + flow.size_bytes
+            down = self.num_hosts + flow.dst_host
+            by_port[down] = by_port.get(down, 0.0) + flow.size_bytes
+        trial.active_iteration = event.iteration
+        self.coflows[key] = _Coflow(
+            key, now_s, float(plan.sync_bytes), by_port, len(plan.sync_flows)
+        )
+        return {"coflow_id": coflow_tag(key)}
+
+    def _coflow_finished(self, event: CoflowFinished) -> dict[str, Any]:
+        record = self._running(event.experiment_id, event.stage_id)
+        _, trial = self._trial(record, event.trial_id)
+        if trial.active_iteration != event.iteration:
+            active = trial.active_iteration
+            raise EventError(
+                f"trial {event.trial_id}: iteration {event.iteration} has no active coflow"
+                + (f" (iteration {active} is active)" if active is not None else "")
+            )
+        key = CoflowKey(event.experiment_id, event.stage_id, event.trial_id, event.iteration)
+        del self.coflows[key]
+        trial.active_iteration = None
+        trial.iterations_done += 1
+        return {}
+
+    def _stage_completed(self, event: StageCompleted) -> dict[str, Any]:
+        record = self._running(event.experiment_id, event.stage_id)
+        active = sorted(
+            trial_id for trial_id, t in record.trials.items() if t.active_iteration is not None
+        )
+        if active:
+            raise EventError(
+                f"stage {event.stage_id} of experiment {event.experiment_id} still has active "
+                f"coflows (trials {', '.join(map(str, active))}); send coflow_finished first"
+            )
+        record.stage_running = False
+        finished = record.stage_index == len(record.plan.stages) - 1
+        if finished:
+            del self.experiments[event.experiment_id]
+        return {"experiment_finished": finished}
+
+    def _experiment_finished(self, event: ExperimentFinished) -> dict[str, Any]:
+        self._experiment(event.experiment_id)
+        del self.experiments[event.experiment_id]
+        for key in [k for k in self.coflows if k.experiment_id == event.experiment_id]:
+            del self.coflows[key]
+        return {}
+
+    # -- views --
+
+    def running_stages(self) -> list[StageKey]:
+        return [
+            StageKey(e_id, record.stage)
+            for e_id, record in sorted(self.experiments.items())
+            if record.stage_running
+        ]
+
+    def add_progress(self, stage_bytes: Mapping[StageKey, float]) -> None:
+        """Spread newly counted bytes of each stage over its active coflows."""
+        by_stage: dict[StageKey, list[_Coflow]] = {}
+        for coflow in self.coflows.values():
+            by_stage.setdefault(StageKey(coflow.key.experiment_id, coflow.key.stage_id), []).append(
+                coflow
+            )
+        for stage, new_bytes in stage_bytes.items():
+            members = by_stage.get(stage)
+            if not members or new_bytes <= 0:
+                continue
+            share = new_bytes / len(members)
+            for coflow in members:
+                coflow.sent_bytes = min(coflow.total_bytes, coflow.sent_bytes + share)
+
+    def snapshot(self, now_s: float) -> Snapshot:
+        coflows = []
+        for key in sorted(self.coflows):
+            c = self.coflows[key]
+            left = 1.0 - c.sent_bytes / c.total_bytes if c.total_bytes else 0.0
+            coflows.append(
+                CoflowState(
+                    key=key,
+                    arrival_s=c.arrival_s,
+                    total_bytes=c.total_bytes,
+                    sent_bytes=c.sent_bytes,
+                    remaining_by_port={p: b * left for p, b in c.by_port.items()},
+                    num_flows=c.num_flows,
+                )
+            )
+        experiments = {}
+        for e_id, record in self.experiments.items():
+            if record.stage_index < 0:
+                continue
+            done = {}
+            for trial_id, trial in record.trials.items():
+                plan = record.trial_plan(trial_id)
+                assert plan is not None
+                done[trial_id] = plan.iterations if trial.stopped else trial.iterations_done
+            experiments[e_id] = ExperimentState(
+                experiment=record.plan,
+                stage_index=record.stage_index,
+                stage_release_s=record.stage_release_s,
+                iterations_done=done,
+            )
+        return Snapshot(
+            now_s=now_s,
+            num_hosts=self.num_hosts,
+            port_capacity_bps=self.port_capacity_bps,
+            coflows=tuple(coflows),
+            experiments=experiments,
+        )
+
+
+# --- per-switch session ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineArtifacts:
+    """What is pushed to a switch: the P4Info plus the target's device config."""
+
+    p4info: p4info_pb2.P4Info
+    device_config: bytes
+
+    @property
+    def cookie(self) -> int:
+        """Identifies this exact pipeline, so a reconnect can tell whether to push again."""
+        digest = hashlib.sha256(self.p4info.SerializeToString(deterministic=True))
+        digest.update(self.device_config)
+        return int.from_bytes(digest.digest()[:8], "big") or 1
+
+
+SessionState = Literal["down", "ready", "backup", "error"]
+
+
+@dataclass
+class SwitchSession:
+    spec: SwitchSpec
+    artifacts: PipelineArtifacts
+    names: P4Names
+    forwarding: EntryMap
+    client: P4RuntimeClient | None = None
+    state: SessionState = "down"
+    installed: EntryMap = field(default_factory=dict)
+    error: str | None = None
+    provisions: int = 0
+    """How many times the pipeline was pushed (1 normally; +1 per switch restart)."""
+    reconciles: int = 0
+    counter_bytes: dict[StageKey, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    topology: Topology
+    artifacts: Mapping[Target, PipelineArtifacts]
+    policy_name: str
+    queues: int = 8
+    election_id: int = 1
+    default_target: Target = "embedded"
+    layout: PipelineLayout = field(default_factory=PipelineLayout)
+    supervise_interval_s: float = 0.5
+    counter_interval_s: float = 1.0
+    rpc_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """What one event cost: writes per kind and the wall time until all were acknowledged."""
+
+    inserts: int
+    modifies: int
+    deletes: int
+    rpcs: int
+    seconds: float
+
+
+class Controller(EventHandler):
+    """See the module docstring. ``assign_classes`` defaults to :mod:`control.quantize`."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        policy: Any,
+        assign_classes: ClassAssigner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.assign_classes = assign_classes
+        self.clock = clock
+        self._start_s = clock()
+        topology = config.topology
+        capacities = []
+        for host in topology.hosts:
+            rate = topology.host_link(host.name).rate_mbps
+            capacities.append(rate * 1e6 if rate is not None else DEFAULT_LINK_BPS)
+        self.state = ScheduleState(len(topology.hosts), capacities + capacities)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.ranked: list[tuple[CoflowKey, int]] = []
+        self.plan = ClassPlan({}, {}, {}, (), ())
+        self._stage_memory: dict[StageKey, int] = {}
+        self.events_applied = 0
+        self.last_reaction: Reaction | None = None
+        self.sessions: dict[str, SwitchSession] = {}
+        routes = topology.routes()
+        for spec in topology.switches:
+            target: Target = spec.target or config.default_target
+            if target not in config.artifacts:
+                raise EventError(f"switch {spec.name}: no pipeline given for target {target}")
+            artifacts = config.artifacts[target]
+            names = P4Names.build(artifacts.p4info)
+            forwarding = canonical_map(forwarding_entries(config.layout, routes[spec.name]), names)
+            self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
+
+    # -- lifecycle --
+
+    def now_s(self) -> float:
+        return self.clock() - self._start_s
+
+    def start(self, wait: bool = True) -> None:
+        """Connect and provision every switch (once, synchronously when ``wait``), then
+        keep supervising them in the background."""
+        if wait:
+            with self._lock:
+                for session in self.sessions.values():
+                    self._provision(session)
+        self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+        self._supervisor.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=10)
+        with self._lock:
+            for session in self.sessions.values():
+                if session.client is not None:
+                    suppress_close_errors(session.client)
+                    session.client = None
+                session.state = "down"
+
+    # -- event API --
+
+    def handle_event(self, raw: Any) -> dict[str, Any]:
+        started = time.perf_counter()
+        with self._lock:
+            event = parse_event(raw, self._resolve_host)
+            result = self.state.apply(event, self.now_s())
+            self.events_applied += 1
+            if isinstance(event, StageCompleted | ExperimentFinished):
+                self._forget_stages()
+            counts = self._reschedule()
+            reaction = Reaction(*counts, seconds=time.perf_counter() - started)
+            self.last_reaction = reaction
+        pending = [s.spec.name for s in self.sessions.values() if s.state != "ready"]
+        return {
+            **result,
+            "event": event.type,
+            "writes": {
+                "insert": reaction.inserts,
+                "modify": reaction.modifies,
+                "delete": reaction.deletes,
+                "rpcs": reaction.rpcs,
+            },
+            "reaction_ms": round(reaction.seconds * 1e3, 3),
+            "pending_switches": pending,
+        }
+
+    def _resolve_host(self, value: str | int) -> int:
+        topology = self.config.topology
+        if isinstance(value, str):
+            return topology.host_index(value)
+        if not 0 <= value < len(topology.hosts):
+            raise KeyError(value)
+        return value
+
+    def _forget_stages(self) -> None:
+        running = set(self.state.running_stages())
+        for stage in list(self._stage_memory):
+            if stage not in running:
+                del self._stage_memory[stage]
+
+    # -- scheduling --
+
+    def _reschedule(self) -> tuple[int, int, int, int]:
+        """Re-rank, re-plan, and bring every ready switch to the plan; returns write counts."""
+        snapshot = self.state.snapshot(self.now_s())
+        if snapshot.coflows:
+            ranking = self.policy.rank(snapshot)
+            self.ranked = list(self.assign_classes(ranking, self.config.queues))
+        else:
+            self.ranked = []
+        idle = {
+            stage: self._stage_memory[stage]
+            for stage in self.state.running_stages()
+            if stage in self._stage_memory
+        }
+        any_session = next(iter(self.sessions.values()))
+        names = any_session.names
+        layout = self.config.layout
+        self.plan = plan_classes(
+            self.ranked,
+            layout,
+            coflow_table_size=names.table(layout.coflow_table).size or 1024,
+            stage_table_size=names.table(layout.stage_table).size or 1024,
+            idle_stage_classes=idle,
+        )
+        self._stage_memory.update(self.plan.stage_classes)
+        totals = [0, 0, 0, 0]
+        for session in self.sessions.values():
+            if session.state == "ready":
+                counts = self._sync(session)
+                totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        return totals[0], totals[1], totals[2], totals[3]
+
+    def desired(self, session: SwitchSession) -> EntryMap:
+        wanted = dict(session.forwarding)
+        wanted.update(canonical_map(self.plan.entries, session.names))
+        return wanted
+
+    def _managed_tables(self, session: SwitchSession) -> set[str]:
+        layout = self.config.layout
+        return {
+            session.names.table(name).name
+            for name in (layout.forward_table, layout.stage_table, layout.coflow_table)
+        }
+
+    def _sync(self, session: SwitchSession) -> tuple[int, int, int, int]:
+        """Write the difference between desired and installed; on failure, mark the switch
+        for reconciliation (read back, then diff again) by the supervisor."""
+        changes = diff(self.desired(session), session.installed)
+        if changes.empty:
+            return 0, 0, 0, 0
+        names = session.names
+        table_size = {t.name: t.size for t in names.tables.values() if t.size}
+        installed_count: dict[str, int] = {}
+        for key in session.installed:
+            installed_count[key.table] = installed_count.get(key.table, 0) + 1
+        rpcs = 0
+        client = session.client
+        assert client is not None
+        try:
+            for step in plan_writes(changes, installed_count, table_size):
+                for batch in batches(step, names):
+                    client.write(batch)
+                    rpcs += 1
+                for kind, key, action in step.updates:
+                    if kind == p4runtime_pb2.Update.DELETE:
+                        session.installed.pop(key, None)
+                    else:
+                        session.installed[key] = action
+        except NotPrimaryError as error:
+            self._lost_primary(session, str(error))
+        except P4RuntimeError as error:
+            log.warning(
+                "%s: write failed (%s); will read back and reconcile", session.spec.name, error
+            )
+            session.state = "error"
+            session.error = str(error)
+            self._wake.set()
+        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
+
+    def _lost_primary(self, session: SwitchSession, message: str) -> None:
+        session.state = "backup"
+        session.error = (
+            f"not primary for device {session.spec.device_id} at {session.spec.grpc_addr}: "
+            f"another controller has a higher election id than {self.config.election_id}; "
+            "this controller will not write"
+        )
+        log.error("%s: %s (%s)", session.spec.name, session.error, message)
+
+    # -- provisioning and recovery --
+
+    def _provision(self, session: SwitchSession) -> bool:
+        """Connect, win arbitration, push the pipeline if the switch lacks ours, read the
+        tables back and write only the difference. Returns whether the switch is ready."""
+        spec = session.spec
+        if session.client is not None:
+            suppress_close_errors(session.client)
+            session.client = None
+        client = P4RuntimeClient(
+            spec.grpc_addr,
+            spec.device_id,
+            self.config.election_id,
+            timeout_s=self.config.rpc_timeout_s,
+            on_stream_lost=lambda _c: self._wake.set(),
+            on_arbitration=lambda _c, _primary: self._wake.set(),
+        )
+        try:
+            primary = client.connect()
+        except P4RuntimeError as error:
+            session.state = "down"
+            session.error = str(error)
+            return False
+        session.client = client
+        if not primary:
+            self._lost_primary(session, "arbitration")
+            return False
+        try:
+            cookie = session.artifacts.cookie
+            if client.pipeline_cookie() != cookie:
+                client.set_pipeline(
+                    session.artifacts.p4info, session.artifacts.device_config, cookie=cookie
+                )
+                session.provisions += 1
+                log.info("%s: pipeline pushed", spec.name)
+            self._read_back(session)
+            session.state = "ready"
+            session.error = None
+            self._sync(session)
+            session.reconciles += 1
+        except NotPrimaryError as error:
+            self._lost_primary(session, str(error))
+            return False
+        except P4RuntimeError as error:
+            session.state = "error"
+            session.error = str(error)
+            log.warning("%s: provisioning failed: %s", spec.name, error)
+            return False
+        return session.state == "ready"
+
+    def _read_back(self, session: SwitchSession) -> None:
+        """Replace what we believe is installed by what the switch says it holds."""
+        assert session.client is not None
+        managed = self._managed_tables(session)
+        installed: EntryMap = {}
+        for entry in session.client.read_table(0):
+            if entry.is_default_action or session.names.tables_by_id.get(entry.table_id) is None:
+                continue
+            key, action = from_table_entry(entry, session.names)
+            if key.table in managed:
+                installed[key] = action
+        session.installed = installed
+
+    def _supervise(self) -> None:
+        last_counters = time.monotonic()
+        while not self._stopping.is_set():
+            self._wake.wait(self.config.supervise_interval_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                for session in self.sessions.values():
+                    client = session.client
+                    healthy = (
+                        session.state == "ready"
+                        and client is not None
+                        and client.connected
+                        and client.is_primary
+                    )
+                    if session.state == "backup" and client is not None and client.connected:
+                        if client.is_primary:
+                            self._provision(session)
+                        continue
+                    if not healthy:
+                        if session.state == "ready":
+                            log.warning("%s: connection lost; reconnecting", session.spec.name)
+                        self._provision(session)
+                if time.monotonic() - last_counters >= self.config.counter_interval_s:
+                    last_counters = time.monotonic()
+                    self._poll(policy_needs_progress=True)
+
+    def _poll(self, policy_needs_progress: bool) -> None:
+        """Check each ready switch still runs our pipeline, and read the stage counters."""
+        progress: dict[StageKey, float] = {}
+        for session in self.sessions.values():
+            if session.state != "ready" or session.client is None:
+                continue
+            try:
+                if session.client.pipeline_cookie() != session.artifacts.cookie:
+                    log.warning("%s: pipeline gone; re-provisioning", session.spec.name)
+                    self._provision(session)
+                    continue
+                counted = self._read_stage_bytes(session)
+            except P4RuntimeError as error:
+                session.state = "error"
+                session.error = str(error)
+                continue
+            for stage, total in counted.items():
+                before = session.counter_bytes.get(stage, 0)
+                # Bytes cross several switches: count each stage's largest increase once.
+                progress[stage] = max(progress.get(stage, 0.0), float(max(total - before, 0)))
+            session.counter_bytes = counted
+        if progress and policy_needs_progress:
+            self.state.add_progress(progress)
+            if not getattr(self.policy, "clairvoyant", True):
+                self._reschedule()
+
+    def _read_stage_bytes(self, session: SwitchSession) -> dict[StageKey, int]:
+        """Bytes counted per stage entry (direct counter of the stage table)."""
+        assert session.client is not None
+        layout = self.config.layout
+        table = session.names.table(layout.stage_table)
+        if table.direct_counter_id is None:
+            return {}
+        counted: dict[StageKey, int] = {}
+        exp_field = layout.stage_fields["experiment_id"]
+        stage_field = layout.stage_fields["stage_id"]
+        for entry in session.client.read_table(table.id, with_counters=True):
+            key, _ = from_table_entry(entry, session.names)
+            values = {name: getattr(value, "value", 0) for name, value in key.match}
+            counted[StageKey(values[exp_field], values[stage_field])] = (
+                entry.counter_data.byte_count
+            )
+        return counted
+
+    # -- status --
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            classes = dict(self.ranked)
+            return {
+                "policy": self.config.policy_name,
+                "queues": self.config.queues,
+                "election_id": self.config.election_id,
+                "events_applied": self.events_applied,
+                "last_reaction_ms": (
+                    round(self.last_reaction.seconds * 1e3, 3) if self.last_reaction else None
+                ),
+                "order": [
+                    {
+                        "coflow": list(key),
+                        "coflow_id": coflow_tag(key),
+                        "class": klass,
+                        "override": key in self.plan.overrides,
+                    }
+                    for key, klass in self.ranked
+                ],
+                "stages": [
+                    {
+                        "experiment_id": stage.experiment_id,
+                        "stage_id": stage.stage_id,
+                        "class": klass,
+                        "fallback": stage in self.plan.fallback_stages,
+                    }
+                    for stage, klass in self.plan.stage_classes.items()
+                ],
+                "dropped_stages": [list(s) for s in self.plan.dropped_stages],
+                "switches": [
+                    {
+                        "name": s.spec.name,
+                        "address": s.spec.grpc_addr,
+                        "device_id": s.spec.device_id,
+                        "state": s.state,
+                        "error": s.error,
+                        "provisions": s.provisions,
+                        "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),
+                    }
+                    for s in self.sessions.values()
+                ],
+                "classes": classes_summary(classes),
+            }
+
+
+def classes_summary(classes: Mapping[CoflowKey, int]) -> dict[str, int]:
+    """Number of active coflows per class (as strings for JSON)."""
+    counts: dict[str, int] = {}
+    for klass in classes.values():
+        counts[str(klass)] = counts.get(str(klass), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -int(item[0])))

@@ -1,0 +1,248 @@
+"""``beamer controller`` (the daemon) and ``beamer status`` (what it is doing)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from control.controller import (
+    ClassAssigner,
+    Controller,
+    ControllerConfig,
+    PipelineArtifacts,
+    Target,
+)
+from control.errors import UserError
+from control.events import EventClient, EventServer, default_socket_path
+from control.model import CoflowKey
+from control.policies.base import Ranking
+from control.topology import load_topology
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_P4 = REPO_ROOT / "p4src" / "beamer.p4"
+DEFAULT_EVENTS_ADDR = "127.0.0.1:9100"
+
+log = logging.getLogger("beamer.controller")
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser(
+        "controller",
+        help="run the controller: provision switches, take events, keep priorities in sync",
+        description="Connects to every switch of a topology over P4Runtime, pushes the "
+        "pipeline, installs forwarding, and rewrites the class tables on every workload event.",
+    )
+    run.add_argument("--topo", required=True, type=Path, help="topology file (bmv2_topos/*.json)")
+    run.add_argument("--policy", required=True, help="scheduling policy (e.g. beamer, aalo)")
+    run.add_argument("--queues", type=int, default=8, help="priority classes K (1..8)")
+    run.add_argument("--events-addr", default=DEFAULT_EVENTS_ADDR, help="HOST:PORT for HTTP")
+    run.add_argument(
+        "--events-socket",
+        default=None,
+        help=f"Unix socket for hosts in other namespaces (default {default_socket_path()})",
+    )
+    run.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (> 0)")
+    run.add_argument(
+        "--target",
+        choices=("embedded", "bmv2"),
+        default="embedded",
+        help="target of switches whose topology entry names none",
+    )
+    run.add_argument("--p4", type=Path, default=DEFAULT_P4, help="P4 source (embedded target)")
+    run.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (bmv2 target)")
+    run.add_argument("--p4info", type=Path, help="p4c's P4Info text file (bmv2 target)")
+    run.add_argument("--counter-interval", type=float, default=1.0, help="seconds between reads")
+    run.set_defaults(func=run_controller)
+
+    status = subparsers.add_parser(
+        "status", help="show the controller's order, classes and installed entries"
+    )
+    status.add_argument("--events-addr", default=None, help="controller HOST:PORT")
+    status.add_argument("--events-socket", default=None, help="controller Unix socket")
+    status.add_argument("--json", action="store_true", help="print the raw JSON status")
+    status.set_defaults(func=show_status)
+
+
+# --- policy glue --------------------------------------------------------------------------
+
+
+def load_policy(name: str, queues: int) -> tuple[Any, ClassAssigner]:
+    """The named policy (shared with the simulator) and a K-class assigner."""
+    policies = importlib.import_module("control.policies")
+    get_policy = getattr(policies, "get_policy", None)
+    if get_policy is None:
+        raise UserError("no scheduling policies are installed (control.policies.get_policy)")
+    policy = get_policy(name)
+    quantize = importlib.import_module("control.quantize")
+
+    def assign(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
+        return quantized_classes(quantize, ranking, k)
+
+    return policy, assign
+
+
+def quantized_classes(quantize: Any, ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
+    """(coflow, class) in rank order, class ``k - 1`` most urgent, via ``control.quantize``."""
+    classes = quantize.quantize(ranking, k)
+    return [(key, int(classes[key])) for key in ranking.order()]
+
+
+# --- pipeline artefacts -----------------------------------------------------------------
+
+
+def embedded_artifacts(p4_path: Path) -> PipelineArtifacts:
+    frontend = importlib.import_module("softswitch.frontend")
+    program = frontend.compile_file(p4_path)
+    return PipelineArtifacts(program.p4info, program.device_config())
+
+
+def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> PipelineArtifacts:
+    if json_path is None or p4info_path is None:
+        raise UserError(
+            "the bmv2 target needs --bmv2-json and --p4info (from p4c --target bmv2 "
+            "--arch v1model --p4runtime-files ...)"
+        )
+    try:
+        device_config = json_path.read_bytes()
+        p4info_text = p4info_path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"{error.filename}: {error.strerror}") from None
+    p4info = p4info_pb2.P4Info()
+    try:
+        text_format.Parse(p4info_text, p4info)
+    except text_format.ParseError as error:
+        raise UserError(f"{p4info_path}:{error}") from None
+    return PipelineArtifacts(p4info, device_config)
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not 1 <= args.queues <= 8:
+        raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
+    if args.election_id <= 0:
+        raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    topology = load_topology(args.topo)
+    targets: set[Target] = {s.target or args.target for s in topology.switches}
+    artifacts: dict[Target, PipelineArtifacts] = {}
+    if "embedded" in targets:
+        artifacts["embedded"] = embedded_artifacts(args.p4)
+    if "bmv2" in targets:
+        artifacts["bmv2"] = bmv2_artifacts(args.bmv2_json, args.p4info)
+    policy, assign = load_policy(args.policy, args.queues)
+    config = ControllerConfig(
+        topology=topology,
+        artifacts=artifacts,
+        policy_name=args.policy,
+        queues=args.queues,
+        election_id=args.election_id,
+        default_target=args.target,
+        counter_interval_s=args.counter_interval,
+    )
+    controller = Controller(config, policy, assign)
+    socket_path = args.events_socket or default_socket_path()
+    server = EventServer(controller, tcp_addr=args.events_addr, unix_path=socket_path)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        controller.start()
+        server.start()
+        for session in controller.sessions.values():
+            log.info("%s (%s): %s", session.spec.name, session.spec.grpc_addr, session.state)
+            if session.error:
+                log.error("%s: %s", session.spec.name, session.error)
+        log.info("events API on http://%s and unix:%s", server.url, socket_path)
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
+        controller.stop()
+    return 0
+
+
+def show_status(args: argparse.Namespace) -> int:
+    address = args.events_socket or args.events_addr or DEFAULT_EVENTS_ADDR
+    with EventClient(address, timeout_s=10) as client:
+        status = client.status()
+    if args.json:
+        json.dump(status, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_status(status))
+    return 0
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [
+        f"policy {status['policy']}, {status['queues']} classes, election id "
+        f"{status['election_id']}, {status['events_applied']} events"
+        + (
+            f", last reaction {status['last_reaction_ms']} ms"
+            if status.get("last_reaction_ms") is not None
+            else ""
+        ),
+        "",
+        "switches:",
+    ]
+    for switch in status["switches"]:
+        line = f"  {switch['name']:<8} {switch['address']:<22} {switch['state']}"
+        if switch.get("error"):
+            line += f"  ({switch['error']})"
+        lines.append(line)
+    lines += [
+        "",
+        "order (most urgent first):",
+        "  rank  coflow (exp, stage, trial, iter)  id  class",
+    ]
+    for rank, item in enumerate(status["order"]):
+        exp, stage, trial, iteration = item["coflow"]
+        mark = "  coflow entry" if item["override"] else ""
+        lines.append(
+            f"  {rank:>4}  ({exp}, {stage}, {trial}, {iteration}){'':<14} "
+            f"{item['coflow_id']:#010x}  {item['class']}{mark}"
+        )
+    lines += ["", "stages:"]
+    for stage in status["stages"]:
+        mark = "  (fallback: stage-level only)" if stage["fallback"] else ""
+        lines.append(
+            f"  experiment {stage['experiment_id']} stage {stage['stage_id']}: "
+            f"class {stage['class']}{mark}"
+        )
+    for switch in status["switches"]:
+        lines += ["", f"entries on {switch['name']} ({len(switch['entries'])}):"]
+        lines += [f"  {entry}" for entry in switch["entries"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry for debugging: ``python -m control.controller_cli controller ...``."""
+    parser = argparse.ArgumentParser(prog="beamer")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except UserError as error:
+        print(f"beamer: error: {error}", file=sys.stderr)
+        return error.exit_status
+    return status
