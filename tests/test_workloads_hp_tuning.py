@@ -35,18 +35,34 @@ def test_max_bracket_is_floor_log(max_budget: int, eta: int, s_max: int) -> None
     assert max_bracket(max_budget, eta) == s_max
 
 
+def test_hyperband_brackets_r81_eta3_are_the_papers_table() -> None:
+    # Li et al. (JMLR 2018), R = 81, η = 3: brackets of 81, 34, 15, 8 and 5 trials.
+    assert shape(81, 3, 4) == [(81, 1), (27, 3), (9, 9), (3, 27), (1, 81)]
+    assert shape(81, 3, 3) == [(34, 3), (11, 9), (3, 27), (1, 81)]  # ⌈5·27/4⌉ = 34
+    assert shape(81, 3, 2) == [(15, 9), (5, 27), (1, 81)]  # ⌈5·9/3⌉ = 15
+    assert shape(81, 3, 1) == [(8, 27), (2, 81)]  # ⌈5·3/2⌉ = 8
+    assert shape(81, 3, 0) == [(5, 81)]
+
+
 def test_hyperband_brackets_r27_eta3_worked_by_hand() -> None:
-    # s_max = 3. n = ceil(4/(s+1)) * 3^s, r = 27 / 3^s; n_i = floor(n / 3^i), r_i = r * 3^i.
+    # s_max = 3. n = ⌈4·3^s/(s+1)⌉, r = 27/3^s; n_i = ⌊n/3^i⌋, r_i = r·3^i.
     assert shape(27, 3, 3) == [(27, 1), (9, 3), (3, 9), (1, 27)]
-    assert shape(27, 3, 2) == [(18, 3), (6, 9), (2, 27)]  # n = ceil(4/3) * 9 = 18
-    assert shape(27, 3, 1) == [(6, 9), (2, 27)]  # n = ceil(4/2) * 3 = 6
-    assert shape(27, 3, 0) == [(4, 27)]  # n = ceil(4/1) * 1 = 4
+    assert shape(27, 3, 2) == [(12, 3), (4, 9), (1, 27)]  # n = ⌈36/3⌉ = 12
+    assert shape(27, 3, 1) == [(6, 9), (2, 27)]  # n = ⌈12/2⌉ = 6
+    assert shape(27, 3, 0) == [(4, 27)]  # n = 4
+
+
+def test_hyperband_brackets_r8_eta2_worked_by_hand() -> None:
+    assert shape(8, 2, 3) == [(8, 1), (4, 2), (2, 4), (1, 8)]
+    assert shape(8, 2, 2) == [(6, 2), (3, 4), (1, 8)]  # n = ⌈4·4/3⌉ = 6
+    assert shape(8, 2, 1) == [(4, 4), (2, 8)]  # n = ⌈4·2/2⌉ = 4
+    assert shape(8, 2, 0) == [(4, 8)]
 
 
 def test_brackets_with_fractional_budgets_r10_eta3() -> None:
     # s_max = 2; r = 10/9 for s = 2: budgets stay exact fractions.
     assert shape(10, 3, 2) == [(9, Fraction(10, 9)), (3, Fraction(10, 3)), (1, 10)]
-    assert shape(10, 3, 1) == [(6, Fraction(10, 3)), (2, 10)]
+    assert shape(10, 3, 1) == [(5, Fraction(10, 3)), (1, 10)]  # n = ⌈9/2⌉ = 5
     assert shape(10, 3, 0) == [(3, 10)]
 
 

@@ -7,13 +7,15 @@ together. Every SHA run and every bracket becomes one
 :class:`~control.model.Experiment` whose stages are the halving rounds.
 
 With maximum budget R and reduction factor η: s_max = ⌊log_η R⌋; bracket
-s ∈ {s_max, …, 0} starts n = ⌈(s_max+1)/(s+1)⌉·η^s trials at budget
-r = R·η^(−s); its stage i ∈ {0, …, s} runs n_i = ⌊n·η^(−i)⌋ trials for
-r_i = r·η^i budget units each, and keeps the best ⌊n_i/η⌋ for stage i+1. An SHA
-run is the most exploratory bracket, s = s_max (n = η^s_max trials at budget
-R·η^(−s_max)). Which trials are "best" is drawn by the seed: the network
-workload does not depend on the learning curves, only on how many trials
-survive. A promoted trial keeps its id and its hosts.
+s ∈ {s_max, …, 0} starts n = ⌈(s_max+1)·η^s/(s+1)⌉ trials at budget
+r = R·η^(−s) (Li et al., Algorithm 1, with B = (s_max+1)·R; for R = 81, η = 3
+this gives the paper's brackets of 81, 34, 15, 8 and 5 trials); its stage
+i ∈ {0, …, s} runs n_i = ⌊n·η^(−i)⌋ trials for r_i = r·η^i budget units each,
+and keeps the best ⌊n_i/η⌋ for stage i+1. An SHA run is the most exploratory
+bracket, s = s_max (n = η^s_max trials at budget R·η^(−s_max)). Which trials
+are "best" is drawn by the seed: the network workload does not depend on the
+learning curves, only on how many trials survive. A promoted trial keeps its
+id and its hosts.
 
 The remaining modelling rules are documented in ``workloads/FORMAT.md``
 (section "HP-tuning generator") and on :class:`HpTuningConfig`.
@@ -178,7 +180,7 @@ def bracket_plan(max_budget: int, eta: int, s: int) -> tuple[StagePlan, ...]:
     s_max = max_bracket(max_budget, eta)
     if not 0 <= s <= s_max:
         raise UserError(f"bracket s={s} outside 0..{s_max} for R={max_budget}, eta={eta}")
-    n = -(-(s_max + 1) // (s + 1)) * eta**s
+    n = -(-((s_max + 1) * eta**s) // (s + 1))  # ⌈(s_max+1)·η^s/(s+1)⌉ in integers
     r = Fraction(max_budget, eta**s)
     return tuple(StagePlan(trials=n // eta**i, budget=r * eta**i) for i in range(s + 1))
 
