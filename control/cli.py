@@ -11,7 +11,7 @@ from control.errors import UserError
 
 # Each module defines ``register(subparsers)``, which adds its sub-commands and
 # sets ``func`` (args -> exit status) on them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("workloads.cli",)
 
 
 def build_parser() -> argparse.ArgumentParser:
