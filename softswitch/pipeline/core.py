@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
 
 if TYPE_CHECKING:
@@ -32,17 +35,98 @@ class Queued:
 
 
 class Pipeline:
-    """One loaded P4 program with its control-plane state."""
+    """One loaded P4 program with its control-plane state.
+
+    The program's generated Python is compiled once here; its table,
+    counter and register globals are bound to ``self.runtime``'s objects,
+    so control-plane writes are visible to the next packet.
+    """
 
     def __init__(self, program: CompiledProgram) -> None:
         self.program = program
         self.runtime: RuntimeState = program.new_runtime_state()
-        raise NotImplementedError("pipeline execution is being built")
+        # Packets the generated code failed on (a target bug, never the packet's fault).
+        self.internal_errors = 0
+        lowered = program.lowered
+        if lowered.errors.get("PacketTooShort") != helpers._PACKET_TOO_SHORT:
+            raise ValueError("core.p4 error codes changed; update pipeline.helpers")
+        namespace: dict[str, Any] = dict(helpers.HELPERS)
+        namespace["_AID"] = dict(program.action_ids)
+        for table in lowered.tables:
+            namespace[table.pyname] = self.runtime.tables[program.table_ids[table.name]]
+        for counter in lowered.counters:
+            namespace[counter.pyname] = self.runtime.counters[program.counter_ids[counter.name]]
+        for register in lowered.registers:
+            namespace[register.pyname] = self.runtime.registers[program.register_ids[register.name]]
+        code = compile(lowered.source, f"<p4 {program.name}>", "exec")
+        exec(code, namespace)
+        for control, actions in lowered.action_tables.items():
+            namespace["A_" + control] = {
+                program.action_ids[name]: namespace[fn] for name, fn in actions.items()
+            }
+        self._namespace = namespace
+        self._new_headers: Callable[[], Any] = namespace[lowered.headers_class]
+        self._new_metadata: Callable[[], Any] = namespace[lowered.metadata_class]
+        self._new_standard: Callable[[], Any] = namespace["S_standard_metadata_t"]
+        self._parser = namespace["run_parser"]
+        self._verify = namespace["run_verify_checksum"]
+        self._ingress = namespace["run_ingress"]
+        self._egress = namespace["run_egress"]
+        self._compute = namespace["run_compute_checksum"]
+        self._deparser = namespace["run_deparser"]
+
+    @property
+    def generated_source(self) -> str:
+        """The Python the program was lowered to (for debugging a P4 program)."""
+        return self.program.lowered.source
 
     def ingress(self, ingress_port: int, packet: bytes) -> list[Queued]:
         """Parser, checksum verification and ingress control; [] when dropped."""
-        raise NotImplementedError
+        sm = self._new_standard()
+        sm.f_ingress_port = ingress_port
+        sm.f_packet_length = len(packet)
+        hdr = self._new_headers()
+        meta = self._new_metadata()
+        try:
+            offset = self._parser(sm, packet, hdr, meta, sm)
+            self._verify(sm, hdr, meta)
+            with contextlib.suppress(helpers._Exit):
+                self._ingress(sm, hdr, meta, sm)
+        except Exception:
+            self.internal_errors += 1
+            return []
+        port = sm.f_egress_spec
+        if port == DROP_PORT:
+            return []
+        return [
+            Queued(port, sm.f_priority, len(packet), ingress_port, (hdr, meta, sm, packet, offset))
+        ]
 
     def egress(self, queued: Queued, enq_qdepth: int = 0) -> bytes | None:
         """Egress control, checksum update and deparser; None when dropped."""
-        raise NotImplementedError
+        hdr, meta, sm, packet, offset = queued.state
+        sm.f_egress_port = queued.egress_port
+        sm.f_enq_qdepth = enq_qdepth & 0x7FFFF
+        sm.f_deq_qdepth = enq_qdepth & 0x7FFFF
+        try:
+            with contextlib.suppress(helpers._Exit):
+                self._egress(sm, hdr, meta, sm)
+            if sm.f_egress_spec == DROP_PORT:
+                return None
+            self._compute(sm, hdr, meta)
+            out: list[bytes] = []
+            self._deparser(sm, out, hdr)
+        except Exception:
+            self.internal_errors += 1
+            return None
+        out.append(packet[offset:])
+        return b"".join(out)
+
+    def process(self, ingress_port: int, packet: bytes) -> list[tuple[int, int, bytes]]:
+        """Ingress then egress with no queue in between: ``(port, priority, bytes)`` out."""
+        result: list[tuple[int, int, bytes]] = []
+        for queued in self.ingress(ingress_port, packet):
+            data = self.egress(queued)
+            if data is not None:
+                result.append((queued.egress_port, queued.priority, data))
+        return result

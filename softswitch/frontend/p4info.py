@@ -1,0 +1,164 @@
+"""P4Info generation with p4c's names, ids and aliases.
+
+p4c gives every object the id ``prefix << 24 | (jenkins_one_at_a_time(name)
+& 0xffffff)``, probing upwards on a collision, names sorted first so the
+result is deterministic; the alias is the shortest dot-separated suffix of
+the name that no other object shares. Doing the same means a controller
+written against p4c's P4Info works here unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from p4.config.v1 import p4info_pb2
+
+from softswitch.frontend.compiler import LoweredProgram
+
+PREFIX_ACTION = 0x01
+PREFIX_TABLE = 0x02
+PREFIX_REGISTER = 0x10
+PREFIX_COUNTER = 0x12
+PREFIX_DIRECT_COUNTER = 0x13
+
+_MATCH_TYPES = {
+    "exact": p4info_pb2.MatchField.EXACT,
+    "lpm": p4info_pb2.MatchField.LPM,
+    "ternary": p4info_pb2.MatchField.TERNARY,
+    "range": p4info_pb2.MatchField.RANGE,
+    "optional": p4info_pb2.MatchField.OPTIONAL,
+}
+_COUNTER_UNITS = {
+    "packets": p4info_pb2.CounterSpec.PACKETS,
+    "bytes": p4info_pb2.CounterSpec.BYTES,
+    "packets_and_bytes": p4info_pb2.CounterSpec.BOTH,
+}
+
+
+def jenkins_one_at_a_time(text: str) -> int:
+    value = 0
+    for byte in text.encode():
+        value = (value + byte) & 0xFFFFFFFF
+        value = (value + (value << 10)) & 0xFFFFFFFF
+        value ^= value >> 6
+    value = (value + (value << 3)) & 0xFFFFFFFF
+    value ^= value >> 11
+    return (value + (value << 15)) & 0xFFFFFFFF
+
+
+def assign_ids(names_by_prefix: dict[int, Iterable[str]]) -> dict[tuple[int, str], int]:
+    assigned: set[int] = set()
+    ids: dict[tuple[int, str], int] = {}
+    for prefix, names in names_by_prefix.items():
+        for name in sorted(set(names)):
+            low = jenkins_one_at_a_time(name) & 0xFFFFFF
+            while (prefix << 24 | low) in assigned:
+                low = (low + 1) & 0xFFFFFF
+            ids[(prefix, name)] = prefix << 24 | low
+            assigned.add(prefix << 24 | low)
+    return ids
+
+
+def aliases(names: Iterable[str]) -> dict[str, str]:
+    """Shortest unique dot-separated suffix of every name."""
+    all_names = sorted(set(names))
+    result: dict[str, str] = {}
+    for name in all_names:
+        parts = name.split(".")
+        for count in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-count:])
+            clash = any(
+                other != name and (other == suffix or other.endswith("." + suffix))
+                for other in all_names
+            )
+            if not clash:
+                result[name] = suffix
+                break
+        else:
+            result[name] = name
+    return result
+
+
+def build_p4info(lowered: LoweredProgram) -> p4info_pb2.P4Info:
+    used_actions: list[str] = []
+    for table in lowered.tables:
+        for name, _scope in table.actions:
+            if name not in used_actions:
+                used_actions.append(name)
+    ids = assign_ids(
+        {
+            PREFIX_ACTION: used_actions,
+            PREFIX_TABLE: [t.name for t in lowered.tables],
+            PREFIX_COUNTER: [c.name for c in lowered.counters],
+            PREFIX_DIRECT_COUNTER: [c.name for c in lowered.direct_counters],
+            PREFIX_REGISTER: [r.name for r in lowered.registers],
+        }
+    )
+    alias = aliases(
+        used_actions
+        + [t.name for t in lowered.tables]
+        + [c.name for c in lowered.counters]
+        + [c.name for c in lowered.direct_counters]
+        + [r.name for r in lowered.registers]
+    )
+
+    def preamble(msg: p4info_pb2.Preamble, prefix: int, name: str) -> None:
+        msg.id = ids[(prefix, name)]
+        msg.name = name
+        msg.alias = alias[name]
+
+    info = p4info_pb2.P4Info()
+    info.pkg_info.arch = "v1model"
+    for table in sorted(lowered.tables, key=lambda t: t.name):
+        t = info.tables.add()
+        preamble(t.preamble, PREFIX_TABLE, table.name)
+        for index, key in enumerate(table.keys, start=1):
+            mf = t.match_fields.add()
+            mf.id = index
+            mf.name = key.name
+            mf.bitwidth = key.bitwidth
+            mf.match_type = _MATCH_TYPES[key.match_kind]
+        for name, scope in table.actions:
+            ref = t.action_refs.add()
+            ref.id = ids[(PREFIX_ACTION, name)]
+            if scope == "default":
+                ref.scope = p4info_pb2.ActionRef.DEFAULT_ONLY
+                ref.annotations.append("@defaultonly")
+            elif scope == "table":
+                ref.scope = p4info_pb2.ActionRef.TABLE_ONLY
+                ref.annotations.append("@tableonly")
+        if table.default_is_const:
+            t.const_default_action_id = ids[(PREFIX_ACTION, table.default_action)]
+        if table.direct_counter is not None:
+            t.direct_resource_ids.append(ids[(PREFIX_DIRECT_COUNTER, table.direct_counter)])
+        t.size = table.size
+        if table.const_entries is not None:
+            t.is_const_table = True
+            t.has_initial_entries = bool(table.const_entries)
+    for name in sorted(used_actions):
+        action = lowered.actions[name]
+        a = info.actions.add()
+        preamble(a.preamble, PREFIX_ACTION, name)
+        for index, (param_name, width) in enumerate(action.params, start=1):
+            p = a.params.add()
+            p.id = index
+            p.name = param_name
+            p.bitwidth = width
+    for counter in sorted(lowered.counters, key=lambda c: c.name):
+        c = info.counters.add()
+        preamble(c.preamble, PREFIX_COUNTER, counter.name)
+        c.spec.unit = _COUNTER_UNITS[counter.unit]
+        c.size = counter.size
+    for direct in sorted(lowered.direct_counters, key=lambda c: c.name):
+        if not direct.table:
+            continue
+        d = info.direct_counters.add()
+        preamble(d.preamble, PREFIX_DIRECT_COUNTER, direct.name)
+        d.spec.unit = _COUNTER_UNITS[direct.unit]
+        d.direct_table_id = ids[(PREFIX_TABLE, direct.table)]
+    for register in sorted(lowered.registers, key=lambda r: r.name):
+        r = info.registers.add()
+        preamble(r.preamble, PREFIX_REGISTER, register.name)
+        r.type_spec.bitstring.bit.bitwidth = register.bitwidth
+        r.size = register.size
+    return info

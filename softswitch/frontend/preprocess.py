@@ -1,0 +1,153 @@
+"""A small C-style preprocessor: ``#include``, object-like ``#define``, ``#ifdef``.
+
+Comments are blanked first (newlines kept) so that directives inside
+comments are ignored and every output line keeps its origin. Anything else
+starting with ``#`` is a CompileError, not silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from softswitch.frontend.errors import CompileError, SourceLocation
+
+SYSTEM_INCLUDE_DIR = Path(__file__).resolve().parent.parent / "p4include"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_INCLUDE_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One output line and where it came from."""
+
+    text: str
+    file: str
+    number: int
+
+
+def strip_comments(text: str) -> str:
+    """Blank ``//`` and ``/* */`` comments, keeping newlines and string literals."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"' and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+class Preprocessor:
+    def __init__(self, include_dirs: list[Path] | None = None) -> None:
+        self.include_dirs = [*(include_dirs or []), SYSTEM_INCLUDE_DIR]
+        self.macros: dict[str, str] = {}
+        self.once: set[Path] = set()
+
+    def run_file(self, path: Path) -> list[Line]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CompileError(None, f"{path}: cannot read: {error}") from None
+        return self.run_text(text, str(path), path.parent, 0)
+
+    def run_text(self, text: str, filename: str, directory: Path, depth: int) -> list[Line]:
+        if depth > _MAX_INCLUDE_DEPTH:
+            raise CompileError(SourceLocation(filename, 1, 1), "#include nested too deeply")
+        out: list[Line] = []
+        # Stack of (active, seen_else) for #ifdef blocks.
+        conditions: list[tuple[bool, bool]] = []
+        raw_lines = strip_comments(text).split("\n")
+        number = 0
+        while number < len(raw_lines):
+            line = raw_lines[number]
+            number += 1
+            while line.endswith("\\") and number < len(raw_lines):
+                line = line[:-1] + " " + raw_lines[number]
+                number += 1
+                out.append(Line("", filename, number - 1))
+            stripped = line.strip()
+            active = all(c[0] for c in conditions)
+            where = SourceLocation(filename, number, line.find("#") + 1)
+            if stripped.startswith("#"):
+                out.append(Line("", filename, number))
+                directive = stripped[1:].strip()
+                word = _IDENT.match(directive)
+                name = word.group(0) if word else ""
+                rest = directive[len(name) :].strip()
+                if name in ("ifdef", "ifndef"):
+                    defined = rest in self.macros
+                    conditions.append((defined if name == "ifdef" else not defined, False))
+                elif name == "else":
+                    if not conditions or conditions[-1][1]:
+                        raise CompileError(where, "#else without #ifdef")
+                    conditions[-1] = (not conditions[-1][0], True)
+                elif name == "endif":
+                    if not conditions:
+                        raise CompileError(where, "#endif without #ifdef")
+                    conditions.pop()
+                elif not active:
+                    continue
+                elif name == "define":
+                    match = _IDENT.match(rest)
+                    if not match:
+                        raise CompileError(where, "#define needs a name")
+                    body = rest[match.end() :]
+                    if body.startswith("("):
+                        raise CompileError(where, "function-like macros are not supported")
+                    self.macros[match.group(0)] = self.expand(body.strip())
+                elif name == "undef":
+                    self.macros.pop(rest, None)
+                elif name == "include":
+                    out.extend(self._include(rest, where, directory, depth))
+                elif name == "pragma" and rest == "once":
+                    continue
+                else:
+                    raise CompileError(where, f"unsupported preprocessor directive #{name}")
+                continue
+            out.append(Line(self.expand(line) if active else "", filename, number))
+        if conditions:
+            raise CompileError(SourceLocation(filename, number, 1), "#ifdef without #endif")
+        return out
+
+    def _include(self, rest: str, where: SourceLocation, directory: Path, depth: int) -> list[Line]:
+        match = re.fullmatch(r'<([^>]+)>|"([^"]+)"', rest)
+        if not match:
+            raise CompileError(where, f"malformed #include {rest}")
+        system_name, local_name = match.group(1), match.group(2)
+        name = system_name or local_name
+        candidates = ([] if system_name else [directory]) + self.include_dirs
+        for base in candidates:
+            path = (base / name).resolve()
+            if path.is_file():
+                if path in self.once:
+                    return []
+                if path.parent == SYSTEM_INCLUDE_DIR:
+                    self.once.add(path)
+                shown = path.name if path.parent == SYSTEM_INCLUDE_DIR else str(base / name)
+                return self.run_text(
+                    path.read_text(encoding="utf-8"), shown, path.parent, depth + 1
+                )
+        raise CompileError(where, f"cannot find include file {name}")
+
+    def expand(self, line: str) -> str:
+        if not self.macros:
+            return line
+        return _IDENT.sub(lambda m: self.macros.get(m.group(0), m.group(0)), line)
