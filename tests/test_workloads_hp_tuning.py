@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 from control.errors import UserError
 from control.model import Flow, Workload
+from workloads import json_format
 from workloads.hp_tuning import (
     HpTuningConfig,
     JobShape,
@@ -185,6 +190,19 @@ def test_same_seed_same_workload_and_different_seed_different() -> None:
         generate(HpTuningConfig(seed=11)).experiments
         != generate(HpTuningConfig(seed=12)).experiments
     )
+
+
+def test_same_seed_same_file_in_another_process(tmp_path: Path) -> None:
+    # A fresh interpreter with another hash seed must write the very same bytes.
+    script = (
+        "import sys; from workloads import json_format; "
+        "from workloads.hp_tuning import HpTuningConfig, generate; "
+        "json_format.write(generate(HpTuningConfig(seed=9)), sys.argv[1])"
+    )
+    out = tmp_path / "other.json"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env)
+    assert out.read_text() == json_format.dumps(generate(HpTuningConfig(seed=9)))
 
 
 def test_shrink_keeps_shape_and_scales_durations() -> None:

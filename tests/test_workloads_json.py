@@ -166,7 +166,9 @@ def test_wrong_top_level_type(tmp_path: Path) -> None:
 
 def test_not_a_number_constant_is_rejected(tmp_path: Path) -> None:
     bad = _sample().replace('"arrival_s": 0.5', '"arrival_s": NaN', 1)
-    assert "NaN is not a number in JSON" in _error(tmp_path, bad)
+    message = _error(tmp_path, bad)
+    assert "NaN is not a number in JSON" in message
+    assert '"arrival_s": NaN' in _line(bad, _line_number(message))
 
 
 def test_duplicate_experiment_ids(tmp_path: Path) -> None:

@@ -143,12 +143,17 @@ def loads(text: str, source: str = "<string>") -> Workload:
             f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
         ) from None
     except ValueError as error:
-        raise UserError(f"{source}: invalid JSON: {error}") from None
+        match = _NON_NUMBER.search(text)
+        line = text.count("\n", 0, match.start()) + 1 if match else 1
+        raise UserError(f"{source}:{line}: invalid JSON: {error}") from None
     try:
         return _workload(document)
     except _Invalid as invalid:
         line = _line_of(text, invalid.path)
         raise UserError(f"{source}:{line}: {_path_name(invalid.path)}: {invalid.message}") from None
+
+
+_NON_NUMBER = re.compile(r"(?<![\w\"])(?:-?Infinity|NaN)(?![\w\"])")
 
 
 def _reject_constant(name: str) -> NoReturn:
