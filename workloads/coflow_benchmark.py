@@ -168,12 +168,18 @@ def _coflow(fields: list[str], num_ports: int) -> tuple[Experiment, int]:
         reducer = _port(port_text, num_ports, "reducer")
         reducer_bytes = round(_float(mb_text, f"reducer {reducer} size (MB)") * BYTES_PER_MB)
         share, extra = divmod(reducer_bytes, num_mappers)
-        for index, mapper in enumerate(mappers):
-            size = share + (1 if index < extra else 0)
-            if mapper == reducer:
-                local_bytes += size
-            elif size > 0:
-                flows.append(Flow(mapper, reducer, size))
+        sizes = [share + 1] * extra + [share] * (num_mappers - extra)
+        flows.extend(
+            [
+                Flow(mapper, reducer, size)
+                for mapper, size in zip(mappers, sizes, strict=True)
+                if mapper != reducer and size > 0
+            ]
+        )
+        if reducer in mappers:
+            local_bytes += sum(
+                size for mapper, size in zip(mappers, sizes, strict=True) if mapper == reducer
+            )
     trial = TrialStage(trial_id=0, iterations=1, compute_s=0.0, sync_flows=tuple(flows))
     experiment = Experiment(
         experiment_id=coflow_id,
@@ -245,8 +251,12 @@ def _mapper_order(flows: tuple[Flow, ...]) -> list[int]:
     sequences: dict[int, list[int]] = {}
     for flow in flows:
         sequences.setdefault(flow.dst_host, []).append(flow.src_host)
+    ranked = sorted(sequences.values(), key=len, reverse=True)
+    distinct = {flow.src_host for flow in flows}
+    if ranked and len(ranked[0]) == len(distinct):
+        return list(ranked[0])  # a reducer that is no mapper saw every mapper in order
     order: list[int] = []
-    for sequence in sorted(sequences.values(), key=len, reverse=True):
+    for sequence in ranked:
         for index, mapper in enumerate(sequence):
             if mapper not in order:
                 after = order.index(sequence[index - 1]) + 1 if index else 0
