@@ -19,12 +19,16 @@ says so in its status and log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from p4.config.v1 import p4info_pb2
@@ -43,6 +47,7 @@ from control.entries import (
     plan_classes,
     plan_writes,
 )
+from control.errors import UserError
 from control.events import (
     CoflowFinished,
     CoflowStarted,
@@ -55,6 +60,7 @@ from control.events import (
     StageReleased,
     TrialStarted,
     TrialStopped,
+    event_to_json,
     parse_event,
 )
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
@@ -374,6 +380,68 @@ class ScheduleState:
         )
 
 
+# --- event journal ----------------------------------------------------------------------
+
+
+class EventJournal:
+    """The accepted events of the active experiments, one JSON line each, so a restarted
+    controller rebuilds its schedule and finds the switches already right.
+
+    Lines are appended as events are accepted; when an experiment ends, the file is
+    rewritten (atomically: temporary file, then rename) without its events.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._kept: list[tuple[int, str]] = []
+
+    def load(self) -> list[tuple[int, Any]]:
+        """(line number, decoded event) of every journalled event; a missing file is empty."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise UserError(
+                f"{self.path}: cannot read the event journal: {error.strerror}"
+            ) from None
+        events = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                events.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise UserError(f"{self.path}:{number}: not a JSON event: {error.msg}") from None
+        return events
+
+    def append(self, experiment_id: int, event: Event) -> None:
+        line = json.dumps(event_to_json(event), sort_keys=True)
+        self._kept.append((experiment_id, line))
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    def forget(self, experiment_id: int) -> None:
+        self._kept = [(e, line) for e, line in self._kept if e != experiment_id]
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        try:
+            temporary.write_text("".join(line + "\n" for _, line in self._kept), encoding="utf-8")
+            os.replace(temporary, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
+
+    def remember(self, experiment_id: int, event: Event) -> None:
+        """Record a replayed event without writing it again."""
+        self._kept.append((experiment_id, json.dumps(event_to_json(event), sort_keys=True)))
+
+
+def _experiment_of(event: Event) -> int:
+    if isinstance(event, ExperimentReleased):
+        return event.experiment.experiment_id
+    return event.experiment_id
+
+
 # --- per-switch session ---------------------------------------------------------------
 
 
@@ -423,6 +491,8 @@ class ControllerConfig:
     supervise_interval_s: float = 0.5
     counter_interval_s: float = 1.0
     rpc_timeout_s: float = 5.0
+    journal_path: Path | None = None
+    """Where accepted events are kept for a restart; ``None``: not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,6 +546,21 @@ class Controller(EventHandler):
             names = P4Names.build(artifacts.p4info)
             forwarding = canonical_map(forwarding_entries(config.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
+        self.journal = EventJournal(config.journal_path) if config.journal_path else None
+        if self.journal is not None:
+            self._replay(self.journal)
+
+    def _replay(self, journal: EventJournal) -> None:
+        """Rebuild the schedule from the journal before any switch is touched."""
+        for number, raw in journal.load():
+            try:
+                event = parse_event(raw, self._resolve_host)
+                self.state.apply(event, self.now_s())
+            except EventError as error:
+                raise UserError(f"{journal.path}:{number}: {error}") from None
+            journal.remember(_experiment_of(event), event)
+            self.events_applied += 1
+        self._replan()
 
     # -- lifecycle --
 
@@ -512,6 +597,12 @@ class Controller(EventHandler):
             event = parse_event(raw, self._resolve_host)
             result = self.state.apply(event, self.now_s())
             self.events_applied += 1
+            if self.journal is not None:
+                experiment_id = _experiment_of(event)
+                if experiment_id in self.state.experiments:
+                    self.journal.append(experiment_id, event)
+                else:
+                    self.journal.forget(experiment_id)
             if isinstance(event, StageCompleted | ExperimentFinished):
                 self._forget_stages()
             counts = self._reschedule()
@@ -547,8 +638,8 @@ class Controller(EventHandler):
 
     # -- scheduling --
 
-    def _reschedule(self) -> tuple[int, int, int, int]:
-        """Re-rank, re-plan, and bring every ready switch to the plan; returns write counts."""
+    def _replan(self) -> None:
+        """Rank the active coflows, map them onto classes, and plan the class entries."""
         snapshot = self.state.snapshot(self.now_s())
         if snapshot.coflows:
             ranking = self.policy.rank(snapshot)
@@ -560,8 +651,7 @@ class Controller(EventHandler):
             for stage in self.state.running_stages()
             if stage in self._stage_memory
         }
-        any_session = next(iter(self.sessions.values()))
-        names = any_session.names
+        names = next(iter(self.sessions.values())).names
         layout = self.config.layout
         self.plan = plan_classes(
             self.ranked,
@@ -571,6 +661,10 @@ class Controller(EventHandler):
             idle_stage_classes=idle,
         )
         self._stage_memory.update(self.plan.stage_classes)
+
+    def _reschedule(self) -> tuple[int, int, int, int]:
+        """Re-plan and bring every ready switch to the plan; returns write counts."""
+        self._replan()
         totals = [0, 0, 0, 0]
         for session in self.sessions.values():
             if session.state == "ready":

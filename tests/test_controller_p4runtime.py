@@ -1,0 +1,509 @@
+"""The controller against the embedded P4Runtime server: provisioning, make-before-break
+writes, fallback, and recovery of switch and controller, read back over P4Runtime.
+
+The server and its table state are real; only the device-config loader is a double
+(a program known by its P4Info, with beamer.p4's table names), so these tests cover
+the control plane whatever the state of the P4 frontend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+
+from control.controller import Controller, ControllerConfig, PipelineArtifacts
+from control.entries import EntryMap, from_table_entry
+from control.events import EventError
+from control.model import CoflowKey
+from control.p4runtime_client import P4Names, P4RuntimeClient
+from control.policies.base import Ranking, Snapshot
+from control.topology import Topology, parse_topology
+from softswitch.p4rt import pipeline_config
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.runtime import RuntimeState
+
+P4INFO = """
+pkg_info { arch: "v1model" }
+tables {
+  preamble { id: 37375156 name: "MyIngress.ipv4_lpm" alias: "ipv4_lpm" }
+  match_fields { id: 1 name: "hdr.ipv4.dstAddr" bitwidth: 32 match_type: LPM }
+  action_refs { id: 28792405 }
+  action_refs { id: 25652968 }
+  initial_default_action { action_id: 25652968 }
+  size: 1024
+}
+tables {
+  preamble { id: 41000001 name: "MyIngress.stage_class" alias: "stage_class" }
+  match_fields { id: 1 name: "hdr.beamer_tag.experiment_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 2 name: "hdr.beamer_tag.stage_id" bitwidth: 16 match_type: EXACT }
+  action_refs { id: 23000001 }
+  action_refs { id: 21257015 }
+  initial_default_action { action_id: 21257015 }
+  direct_resource_ids: 330000001
+  size: 64
+}
+tables {
+  preamble { id: 41000002 name: "MyIngress.coflow_class" alias: "coflow_class" }
+  match_fields { id: 1 name: "hdr.beamer_tag.experiment_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 2 name: "hdr.beamer_tag.stage_id" bitwidth: 16 match_type: EXACT }
+  match_fields { id: 3 name: "hdr.beamer_tag.coflow_id" bitwidth: 32 match_type: EXACT }
+  action_refs { id: 23000001 }
+  action_refs { id: 21257015 }
+  initial_default_action { action_id: 21257015 }
+  size: COFLOW_SIZE
+}
+actions {
+  preamble { id: 28792405 name: "MyIngress.ipv4_forward" alias: "ipv4_forward" }
+  params { id: 1 name: "dstAddr" bitwidth: 48 }
+  params { id: 2 name: "port" bitwidth: 9 }
+}
+actions { preamble { id: 25652968 name: "MyIngress.drop" alias: "drop" } }
+actions {
+  preamble { id: 23000001 name: "MyIngress.set_class" alias: "set_class" }
+  params { id: 1 name: "class_id" bitwidth: 3 }
+}
+actions { preamble { id: 21257015 name: "NoAction" alias: "NoAction" } }
+direct_counters {
+  preamble { id: 330000001 name: "MyIngress.stage_counter" alias: "stage_counter" }
+  spec { unit: BOTH }
+  direct_table_id: 41000001
+}
+"""
+
+
+def _p4info(coflow_size: int = 64) -> p4info_pb2.P4Info:
+    return text_format.Parse(P4INFO.replace("COFLOW_SIZE", str(coflow_size)), p4info_pb2.P4Info())
+
+
+class _Program:
+    """Device-config double: the config is the serialised P4Info."""
+
+    MAGIC = b"p4info:"
+
+    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
+        self.p4info = p4info
+
+    def device_config(self) -> bytes:
+        return self.MAGIC + self.p4info.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_device_config(cls, data: bytes) -> _Program:
+        return cls(p4info_pb2.P4Info.FromString(data[len(cls.MAGIC) :]))
+
+    def new_runtime_state(self) -> RuntimeState:
+        return RuntimeState(self.p4info)
+
+
+class _Pipeline:
+    def __init__(self, program: _Program) -> None:
+        self.program = program
+        self.runtime = program.new_runtime_state()
+
+
+class _Switch:
+    def __init__(self) -> None:
+        self.pipeline: _Pipeline | None = None
+
+    def set_pipeline(self, pipeline: _Pipeline) -> None:
+        self.pipeline = pipeline
+
+
+class SmallestFirst:
+    """Test policy: smallest remaining coflow first, one coflow per group."""
+
+    name: ClassVar[str] = "smallest-first"
+    clairvoyant: ClassVar[bool] = True
+    allocator: ClassVar[str] = "priority"
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        ordered = sorted(snapshot.coflows, key=lambda c: (c.remaining_bytes, c.key))
+        return Ranking(tuple((c.key,) for c in ordered))
+
+
+def one_class_per_rank(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
+    return [(key, max(k - 1 - rank, 0)) for rank, key in enumerate(ranking.order())]
+
+
+@dataclass
+class Rig:
+    switch: _Switch
+    server: P4RuntimeServer
+    topology: Topology
+    artifacts: PipelineArtifacts
+    controllers: list[Controller] = field(default_factory=list)
+
+    def controller(self, **overrides: Any) -> Controller:
+        settings: dict[str, Any] = {
+            "topology": self.topology,
+            "artifacts": {"embedded": self.artifacts},
+            "policy_name": "smallest-first",
+            "election_id": 10,
+            "supervise_interval_s": 0.05,
+            "counter_interval_s": 0.1,
+            "rpc_timeout_s": 2.0,
+        }
+        settings.update(overrides)
+        controller = Controller(ControllerConfig(**settings), SmallestFirst(), one_class_per_rank)
+        self.controllers.append(controller)
+        return controller
+
+    def restart_switch(self) -> None:
+        """A switch restart: the server goes away with all state; a blank one comes back."""
+        self.server.stop(0)
+        self.switch = _Switch()
+        self.server = P4RuntimeServer(self.switch, 0, self.server.addr)
+        self.server.start()
+
+    def read_entries(self) -> EntryMap:
+        """What the switch holds, read over P4Runtime by an independent client."""
+        names = P4Names.build(self.artifacts.p4info)
+        with P4RuntimeClient(self.server.addr, 0, election_id=1) as client:
+            entries = client.read_table(0)
+        return dict(from_table_entry(e, names) for e in entries if not e.is_default_action)
+
+
+def _topology(addr: str) -> Topology:
+    return parse_topology(
+        {
+            "name": "t",
+            "switches": [{"name": "s1", "device_id": 0, "grpc_addr": addr}],
+            "hosts": [
+                {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:0{i}"}
+                for i in (1, 2, 3)
+            ],
+            "links": [{"node1": f"h{i}", "node2": "s1", "port2": i} for i in (1, 2, 3)],
+        }
+    )
+
+
+def _make_rig(monkeypatch: pytest.MonkeyPatch, coflow_size: int) -> Iterator[Rig]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    switch = _Switch()
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    server.start()
+    program = _Program(_p4info(coflow_size))
+    rig = Rig(
+        switch,
+        server,
+        _topology(server.addr),
+        PipelineArtifacts(program.p4info, program.device_config()),
+    )
+    try:
+        yield rig
+    finally:
+        for controller in rig.controllers:
+            controller.stop()
+        rig.server.stop(0)
+
+
+@pytest.fixture
+def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    yield from _make_rig(monkeypatch, coflow_size=64)
+
+
+@pytest.fixture
+def small_rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    yield from _make_rig(monkeypatch, coflow_size=2)
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _plan(experiment_id: int, sizes: list[int], iterations: int = 3) -> dict[str, Any]:
+    """One stage, one trial per size; trial t sends ``size`` bytes h1 → h2 per iteration."""
+    return {
+        "experiment_id": experiment_id,
+        "stages": [
+            {
+                "stage_id": 0,
+                "trials": [
+                    {
+                        "trial_id": t,
+                        "iterations": iterations,
+                        "flows": [{"src": "h1", "dst": "h2", "size_bytes": size}],
+                    }
+                    for t, size in enumerate(sizes)
+                ],
+            },
+            {
+                "stage_id": 1,
+                "trials": [
+                    {
+                        "trial_id": 0,
+                        "iterations": 1,
+                        "flows": [{"src": 0, "dst": 2, "size_bytes": 1}],
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def _start_experiment(controller: Controller, experiment_id: int, sizes: list[int]) -> None:
+    controller.handle_event(
+        {"type": "experiment_released", "experiment": _plan(experiment_id, sizes)}
+    )
+    controller.handle_event(
+        {"type": "stage_released", "experiment_id": experiment_id, "stage_id": 0}
+    )
+    for trial in range(len(sizes)):
+        ids = {"experiment_id": experiment_id, "stage_id": 0, "trial_id": trial}
+        controller.handle_event({"type": "trial_started", **ids})
+        controller.handle_event({"type": "coflow_started", **ids, "iteration": 0})
+
+
+def _class_entries(entries: EntryMap) -> dict[tuple[str, tuple[int, ...]], int]:
+    """(table, key values) → class, for the two class tables."""
+    result = {}
+    for key, action in entries.items():
+        if key.table.endswith("_class"):
+            match = {name.rsplit(".", 1)[-1]: v.value for name, v in key.match}  # type: ignore[union-attr]
+            values = tuple(
+                match[f] for f in ("experiment_id", "stage_id", "coflow_id") if f in match
+            )
+            result[key.table.rsplit(".", 1)[-1], values] = dict(action.params)["class_id"]
+    return result
+
+
+def test_provisioning_installs_forwarding_read_back_over_p4runtime(rig: Rig) -> None:
+    controller = rig.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    assert session.state == "ready"
+    assert session.provisions == 1
+    installed = rig.read_entries()
+    lpm = {
+        dict(key.match)["hdr.ipv4.dstAddr"].value: dict(action.params)
+        for key, action in installed.items()
+        if key.table == "MyIngress.ipv4_lpm"
+    }
+    assert lpm == {
+        0x0A000001: {"dstAddr": 0x020000000001, "port": 1},
+        0x0A000002: {"dstAddr": 0x020000000002, "port": 2},
+        0x0A000003: {"dstAddr": 0x020000000003, "port": 3},
+    }
+    assert installed == session.installed
+
+
+def test_events_become_stage_and_coflow_entries(rig: Rig) -> None:
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100, 300, 300])
+    # Trial 0 is smallest (class 7); trials 1, 2 get 6 and 5: the stage takes the most
+    # urgent of the tied classes (7) and the other two get coflow entries.
+    assert _class_entries(rig.read_entries()) == {
+        ("stage_class", (1, 0)): 7,
+        ("coflow_class", (1, 0, 1 << 16)): 6,
+        ("coflow_class", (1, 0, 2 << 16)): 5,
+    }
+    status = controller.status()
+    assert [item["class"] for item in status["order"]] == [7, 6, 5]
+    assert status["switches"][0]["state"] == "ready"
+
+
+def test_policy_change_modifies_live_keys_without_deleting_them(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [500])
+    _start_experiment(controller, 2, [300])
+    assert _class_entries(rig.read_entries()) == {
+        ("stage_class", (1, 0)): 6,
+        ("stage_class", (2, 0)): 7,
+    }
+    sent: list[list[tuple[int, int]]] = []
+    original = P4RuntimeClient.write
+
+    def recording(client: P4RuntimeClient, updates: Any, *args: Any) -> None:
+        sent.append([(u.type, u.entity.table_entry.table_id) for u in updates])
+        original(client, updates, *args)
+
+    monkeypatch.setattr(P4RuntimeClient, "write", recording)
+    # A smaller experiment arrives: it takes class 7, the others move down one class each.
+    reply = controller.handle_event({"type": "experiment_released", "experiment": _plan(3, [100])})
+    assert reply["writes"] == {"insert": 0, "modify": 0, "delete": 0, "rpcs": 0}
+    controller.handle_event({"type": "stage_released", "experiment_id": 3, "stage_id": 0})
+    controller.handle_event(
+        {"type": "trial_started", "experiment_id": 3, "stage_id": 0, "trial_id": 0}
+    )
+    reply = controller.handle_event(
+        {"type": "coflow_started", "experiment_id": 3, "stage_id": 0, "trial_id": 0, "iteration": 0}
+    )
+    assert reply["coflow_id"] == 0
+    assert reply["writes"] == {"insert": 1, "modify": 2, "delete": 0, "rpcs": 1}
+    assert sorted(kind for batch in sent for kind, _ in batch) == [
+        p4runtime_pb2.Update.INSERT,
+        p4runtime_pb2.Update.MODIFY,
+        p4runtime_pb2.Update.MODIFY,
+    ]
+    assert _class_entries(rig.read_entries()) == {
+        ("stage_class", (1, 0)): 5,
+        ("stage_class", (2, 0)): 6,
+        ("stage_class", (3, 0)): 7,
+    }
+    # The iteration ends and the next starts: the stage keeps its entry (no churn).
+    sent.clear()
+    ids = {"experiment_id": 3, "stage_id": 0, "trial_id": 0}
+    controller.handle_event({"type": "coflow_finished", **ids, "iteration": 0})
+    controller.handle_event({"type": "coflow_started", **ids, "iteration": 1})
+    assert [
+        kind for batch in sent for kind, _ in batch if kind == p4runtime_pb2.Update.DELETE
+    ] == []
+    # The stage completes: its entry goes, the others move up again (modify, then delete).
+    sent.clear()
+    controller.handle_event({"type": "coflow_finished", **ids, "iteration": 1})
+    controller.handle_event({"type": "stage_completed", "experiment_id": 3, "stage_id": 0})
+    kinds = [kind for batch in sent for kind, _ in batch]
+    assert kinds[-1] == p4runtime_pb2.Update.DELETE
+    assert kinds.count(p4runtime_pb2.Update.DELETE) == 1
+    assert _class_entries(rig.read_entries()) == {
+        ("stage_class", (1, 0)): 6,
+        ("stage_class", (2, 0)): 7,
+    }
+
+
+def test_too_many_coflow_entries_fall_back_to_stage_level(small_rig: Rig) -> None:
+    controller = small_rig.controller()
+    controller.start()
+    # Four trials, four classes: three coflow entries wanted, the table holds two.
+    _start_experiment(controller, 1, [100, 200, 300, 400])
+    assert controller.sessions["s1"].state == "ready"
+    classes = _class_entries(small_rig.read_entries())
+    assert classes == {("stage_class", (1, 0)): 7}
+    status = controller.status()
+    assert status["stages"] == [{"experiment_id": 1, "stage_id": 0, "class": 7, "fallback": True}]
+    # Once fewer overrides are needed they fit again and are installed.
+    for trial in (2, 3):
+        ids = {"experiment_id": 1, "stage_id": 0, "trial_id": trial}
+        controller.handle_event({"type": "trial_stopped", **ids})
+    classes = _class_entries(small_rig.read_entries())
+    assert classes == {("stage_class", (1, 0)): 7, ("coflow_class", (1, 0, 1 << 16)): 6}
+
+
+def test_invalid_event_changes_nothing_on_the_switch(rig: Rig) -> None:
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    before = rig.read_entries()
+    with pytest.raises(EventError, match="stage 5 of experiment 1 is not running"):
+        controller.handle_event({"type": "stage_completed", "experiment_id": 1, "stage_id": 5})
+    assert rig.read_entries() == before
+    assert controller.events_applied == 4  # released, stage, trial, coflow
+
+
+def test_switch_restart_is_detected_reprovisioned_and_reconciled(rig: Rig) -> None:
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    expected = rig.read_entries()
+    assert len(expected) == 3 + 2
+    rig.restart_switch()
+    session = controller.sessions["s1"]
+    _wait_for(lambda: session.provisions == 2 and session.state == "ready", "re-provisioning")
+    assert rig.read_entries() == expected
+    # And it keeps following events afterwards.
+    ids = {"experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    controller.handle_event({"type": "trial_stopped", **ids})
+    assert _class_entries(rig.read_entries()) == {("stage_class", (1, 0)): 7}
+
+
+def test_pipeline_replaced_behind_the_controller_s_back_is_restored(rig: Rig) -> None:
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    expected = rig.read_entries()
+    # Same address, same stream, but the device lost its pipeline (a cold reload).
+    rig.switch.pipeline = None
+    session = controller.sessions["s1"]
+    _wait_for(lambda: session.provisions == 2, "pipeline re-push")
+    _wait_for(lambda: rig.read_entries() == expected, "entries restored")
+
+
+def test_restarted_controller_with_journal_writes_nothing_new(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = tmp_path / "events.jsonl"
+    first = rig.controller(journal_path=journal)
+    first.start()
+    _start_experiment(first, 1, [100, 200])
+    _start_experiment(first, 2, [50])
+    first.handle_event({"type": "trial_stopped", "experiment_id": 2, "stage_id": 0, "trial_id": 0})
+    first.handle_event({"type": "stage_completed", "experiment_id": 2, "stage_id": 0})
+    first.handle_event({"type": "experiment_finished", "experiment_id": 2})
+    expected = rig.read_entries()
+    first.stop()
+    # Experiment 2 is over: the journal kept only experiment 1's events.
+    assert all('"experiment_id": 1' in line for line in journal.read_text().splitlines())
+
+    writes: list[int] = []
+    original = P4RuntimeClient.write
+
+    def counting(client: P4RuntimeClient, updates: Any, *args: Any) -> None:
+        writes.append(len(updates))
+        original(client, updates, *args)
+
+    monkeypatch.setattr(P4RuntimeClient, "write", counting)
+    second = rig.controller(journal_path=journal)
+    second.start()
+    assert second.sessions["s1"].provisions == 0  # same pipeline cookie: not pushed again
+    assert writes == []
+    assert rig.read_entries() == expected
+    # It continues where the first one stopped.
+    second.handle_event(
+        {
+            "type": "coflow_finished",
+            "experiment_id": 1,
+            "stage_id": 0,
+            "trial_id": 0,
+            "iteration": 0,
+        }
+    )
+    assert _class_entries(rig.read_entries()) == {("stage_class", (1, 0)): 7}
+
+
+def test_restarted_controller_without_journal_removes_stale_class_entries(rig: Rig) -> None:
+    first = rig.controller()
+    first.start()
+    _start_experiment(first, 1, [100, 200])
+    first.stop()
+    second = rig.controller()
+    second.start()
+    installed = rig.read_entries()
+    assert _class_entries(installed) == {}
+    assert len(installed) == 3  # forwarding kept, never duplicated
+
+
+def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
+    primary = rig.controller(election_id=10)
+    primary.start()
+    _start_experiment(primary, 1, [100])
+    expected = rig.read_entries()
+    backup = rig.controller(election_id=5)
+    backup.start()
+    session = backup.sessions["s1"]
+    assert session.state == "backup"
+    assert session.error is not None and "higher election id than 5" in session.error
+    reply = backup.handle_event({"type": "experiment_released", "experiment": _plan(9, [1])})
+    assert reply["pending_switches"] == ["s1"]
+    backup.handle_event({"type": "stage_released", "experiment_id": 9, "stage_id": 0})
+    backup.handle_event({"type": "trial_started", "experiment_id": 9, "stage_id": 0, "trial_id": 0})
+    backup.handle_event(
+        {"type": "coflow_started", "experiment_id": 9, "stage_id": 0, "trial_id": 0, "iteration": 0}
+    )
+    assert rig.read_entries() == expected
+    assert backup.status()["switches"][0]["state"] == "backup"
