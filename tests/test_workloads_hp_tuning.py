@@ -21,6 +21,7 @@ from workloads.hp_tuning import (
     arrival_rate_per_s,
     bracket_plan,
     generate,
+    iterations_for,
     max_bracket,
     shrink,
     sync_flows,
@@ -75,6 +76,13 @@ def test_sha_r16_eta4_keeps_a_quarter() -> None:
     assert shape(16, 4, 2) == [(16, 1), (4, 4), (1, 16)]
 
 
+def test_iterations_round_half_up_and_never_vanish() -> None:
+    assert iterations_for(Fraction(10, 9), 2) == 2  # 2.22
+    assert iterations_for(Fraction(5, 2), 1) == 3  # 2.5 rounds up
+    assert iterations_for(Fraction(1, 9), 2) == 1  # 0.22, but a stage trains at least once
+    assert iterations_for(Fraction(27), 2) == 54
+
+
 def test_bracket_outside_range_is_rejected() -> None:
     with pytest.raises(UserError, match=r"outside 0\.\.3"):
         bracket_plan(27, 3, 4)
@@ -120,7 +128,7 @@ def test_generated_experiments_follow_their_bracket_plans() -> None:
             assert len(experiment.stages) == len(plan)
             for stage, step in zip(experiment.stages, plan, strict=True):
                 assert len(stage.trials) == step.trials
-                expected_iterations = max(1, round(step.budget * config.iterations_per_unit))
+                expected_iterations = iterations_for(step.budget, config.iterations_per_unit)
                 assert {t.iterations for t in stage.trials} == {expected_iterations}
             checked += 1
     assert checked == len(workload.experiments)

@@ -192,8 +192,8 @@ def job_brackets(shape: JobShape) -> tuple[int, ...]:
 
 
 def iterations_for(budget: Fraction, iterations_per_unit: int) -> int:
-    """Iterations for a budget: rounded to the nearest whole iteration, at least one."""
-    return max(1, round(budget * iterations_per_unit))
+    """Iterations for a budget: the nearest whole number (halves up), at least one."""
+    return max(1, math.floor(budget * iterations_per_unit + Fraction(1, 2)))
 
 
 def sync_flows(pattern: Pattern, hosts: Sequence[int], model_bytes: int) -> tuple[Flow, ...]:
