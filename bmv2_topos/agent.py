@@ -1,0 +1,423 @@
+"""Host agents: trials compute, then synchronise over real, Beamer-tagged kernel TCP.
+
+All hosts' agents run in one process on one asyncio loop (robust: nothing to
+coordinate across processes, one place to cancel on failure), but every
+socket is created inside its host's network namespace
+(:func:`bmv2_topos.netns.socket_in_netns`), so each byte travels
+host ``eth0`` → veth → switch → veth → host ``eth0`` as ordinary TCP.
+
+A trial keeps one connection per flow of its synchronisation pattern for the
+whole stage (as NCCL or a parameter server keeps its connections). Each
+iteration: sleep the (scaled) compute time, announce the coflow to the
+controller — which answers once the switches hold its class — put the
+Beamer tag on *both* ends of every connection (``IP_OPTIONS``; ACKs then
+share the class), send the bytes, and wait until every receiver has read its
+last byte: completion times are taken at the receivers. Iteration i+1 starts
+only after coflow i has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from bmv2_topos import netns
+from control.model import Experiment, Stage, TrialStage
+
+TAG_TYPE = 0x9E
+TAG_LENGTH = 12
+TAG_VERSION = 1
+AGENT_PORT = 5001
+CHUNK_BYTES = 256 * 1024
+_HELLO = struct.Struct("!Q")
+_HEADER = struct.Struct("!IQ")
+"""Per transfer: iteration, payload bytes (lets the receiver check it is in step)."""
+
+T = TypeVar("T")
+
+
+def beamer_option(experiment_id: int, stage_id: int, coflow_id: int) -> bytes:
+    """The 12-byte Beamer IPv4 option (type 0x9E, length 12, version 1)."""
+    return struct.pack(
+        "!BBBBHHI",
+        TAG_TYPE,
+        TAG_LENGTH,
+        TAG_VERSION << 4,
+        0,
+        experiment_id & 0xFFFF,
+        stage_id & 0xFFFF,
+        coflow_id & 0xFFFFFFFF,
+    )
+
+
+def local_coflow_id(trial_id: int, iteration: int) -> int:
+    """The team's coflow id convention, for runs without a controller."""
+    return (trial_id & 0xFFFF) << 16 | (iteration & 0xFFFF)
+
+
+class EventSink(Protocol):
+    """What the agents tell the controller; :class:`control.events.EventClient` is one."""
+
+    def experiment_released(self, experiment: Experiment) -> object: ...
+    def stage_released(self, experiment_id: int, stage_id: int) -> object: ...
+    def trial_started(self, experiment_id: int, stage_id: int, trial_id: int) -> object: ...
+    def coflow_started(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> int: ...
+    def coflow_finished(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> object: ...
+    def stage_completed(self, experiment_id: int, stage_id: int) -> object: ...
+
+
+class NoController:
+    """An :class:`EventSink` that tells no one: tags follow the coflow id convention."""
+
+    def experiment_released(self, experiment: Experiment) -> object:
+        return None
+
+    def stage_released(self, experiment_id: int, stage_id: int) -> object:
+        return None
+
+    def trial_started(self, experiment_id: int, stage_id: int, trial_id: int) -> object:
+        return None
+
+    def coflow_started(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> int:
+        return local_coflow_id(trial_id, iteration)
+
+    def coflow_finished(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> object:
+        return None
+
+    def stage_completed(self, experiment_id: int, stage_id: int) -> object:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CoflowRecord:
+    experiment_id: int
+    stage_id: int
+    trial_id: int
+    iteration: int
+    start_s: float
+    end_s: float
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StageRecord:
+    experiment_id: int
+    stage_id: int
+    release_s: float
+    end_s: float
+
+    @property
+    def sct_s(self) -> float:
+        return self.end_s - self.release_s
+
+
+@dataclass
+class RunRecord:
+    """What one emulation measured; times are seconds since the workload's time zero."""
+
+    stages: list[StageRecord] = field(default_factory=list)
+    coflows: list[CoflowRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class HostAddress:
+    namespace: str
+    ip: str
+
+
+class Connection:
+    """One flow's TCP connection: a sender socket at ``src``, the accepted one at ``dst``."""
+
+    def __init__(self, sender: socket.socket, receiver: socket.socket) -> None:
+        self.sender = sender
+        self.receiver = receiver
+
+    def tag(self, option: bytes) -> None:
+        for sock in (self.sender, self.receiver):
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, option)
+
+    def close(self) -> None:
+        self.sender.close()
+        self.receiver.close()
+
+
+class HostAgents:
+    """Listeners and connections of every host; used inside a running event loop."""
+
+    def __init__(self, hosts: Mapping[int, HostAddress], port: int = AGENT_PORT) -> None:
+        self.hosts = dict(hosts)
+        self.port = port
+        self._listeners: dict[int, socket.socket] = {}
+        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._pending: dict[int, asyncio.Future[socket.socket]] = {}
+        self._next_id = 1
+        self._identifying: set[asyncio.Task[None]] = set()
+        self._payload = memoryview(bytes(CHUNK_BYTES))
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for index, host in self.hosts.items():
+            listener = netns.socket_in_netns(host.namespace)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host.ip, self.port))
+            listener.listen(256)
+            listener.setblocking(False)
+            self._listeners[index] = listener
+            self._accept_tasks.append(loop.create_task(self._accept_loop(listener)))
+
+    async def close(self) -> None:
+        for task in self._accept_tasks:
+            task.cancel()
+        await asyncio.gather(*self._accept_tasks, return_exceptions=True)
+        for listener in self._listeners.values():
+            listener.close()
+        for future in self._pending.values():
+            if future.done() and not future.cancelled() and future.exception() is None:
+                future.result().close()
+            future.cancel()
+
+    def _waiter(self, connection_id: int) -> asyncio.Future[socket.socket]:
+        if connection_id not in self._pending:
+            self._pending[connection_id] = asyncio.get_running_loop().create_future()
+        return self._pending[connection_id]
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            task = loop.create_task(self._identify(conn))
+            self._identifying.add(task)
+            task.add_done_callback(self._identifying.discard)
+
+    async def _identify(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        try:
+            hello = await _recv_exactly(conn, _HELLO.size)
+        except (OSError, ConnectionError):
+            conn.close()
+            return
+        (connection_id,) = _HELLO.unpack(hello)
+        waiter = self._waiter(connection_id)
+        if waiter.done():
+            conn.close()
+        else:
+            waiter.set_result(conn)
+
+    async def connect(self, src: int, dst: int, option: bytes) -> Connection:
+        """A tagged connection from host ``src`` to host ``dst`` (SYN carries the tag)."""
+        loop = asyncio.get_running_loop()
+        connection_id = self._next_id
+        self._next_id += 1
+        sender = netns.socket_in_netns(self.hosts[src].namespace)
+        try:
+            sender.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, option)
+            sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sender.setblocking(False)
+            await loop.sock_connect(sender, (self.hosts[dst].ip, self.port))
+            await loop.sock_sendall(sender, _HELLO.pack(connection_id))
+            receiver = await self._waiter(connection_id)
+        except BaseException:
+            sender.close()
+            raise
+        finally:
+            self._pending.pop(connection_id, None)
+        connection = Connection(sender, receiver)
+        connection.tag(option)
+        return connection
+
+    async def transfer(self, connection: Connection, iteration: int, size_bytes: int) -> float:
+        """Send ``size_bytes``; return when the receiver has read them (its clock)."""
+        loop = asyncio.get_running_loop()
+
+        async def send() -> None:
+            await loop.sock_sendall(connection.sender, _HEADER.pack(iteration, size_bytes))
+            remaining = size_bytes
+            while remaining > 0:
+                chunk = min(remaining, CHUNK_BYTES)
+                await loop.sock_sendall(connection.sender, self._payload[:chunk])
+                remaining -= chunk
+
+        async def receive() -> float:
+            header = await _recv_exactly(connection.receiver, _HEADER.size)
+            got_iteration, got_size = _HEADER.unpack(header)
+            if (got_iteration, got_size) != (iteration, size_bytes):
+                raise RuntimeError(
+                    f"transfer out of step: expected iteration {iteration} of {size_bytes} "
+                    f"bytes, got iteration {got_iteration} of {got_size}"
+                )
+            await _drain(connection.receiver, size_bytes)
+            return time.monotonic()
+
+        _, finished_at = await asyncio.gather(send(), receive())
+        return finished_at
+
+
+async def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    while len(data) < size:
+        chunk = await loop.sock_recv(sock, size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed by peer")
+        data += chunk
+    return bytes(data)
+
+
+async def _drain(sock: socket.socket, size: int) -> None:
+    loop = asyncio.get_running_loop()
+    buffer = bytearray(CHUNK_BYTES)
+    remaining = size
+    while remaining > 0:
+        got = await loop.sock_recv_into(sock, memoryview(buffer)[: min(remaining, CHUNK_BYTES)])
+        if got == 0:
+            raise ConnectionError("connection closed by peer before the coflow finished")
+        remaining -= got
+
+
+class WorkloadRunner:
+    """Runs experiments against :class:`HostAgents`, reporting to an :class:`EventSink`."""
+
+    def __init__(self, agents: HostAgents, sink: EventSink) -> None:
+        self.agents = agents
+        self.sink = sink
+        self.record = RunRecord()
+        # One thread: events reach the controller in the order they happened.
+        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
+        self._zero = 0.0
+
+    def now_s(self) -> float:
+        return time.monotonic() - self._zero
+
+    async def _report(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._events, call)
+
+    async def run(self, experiments: tuple[Experiment, ...]) -> RunRecord:
+        self._zero = time.monotonic()
+        try:
+            await asyncio.gather(*(self._experiment(e) for e in experiments))
+        finally:
+            self._events.shutdown(wait=False, cancel_futures=True)
+        self.record.stages.sort(key=lambda s: (s.experiment_id, s.stage_id))
+        return self.record
+
+    async def _experiment(self, experiment: Experiment) -> None:
+        delay_s = experiment.arrival_s - self.now_s()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        await self._report(lambda: self.sink.experiment_released(experiment))
+        for stage in experiment.stages:
+            await self._stage(experiment.experiment_id, stage)
+
+    async def _stage(self, experiment_id: int, stage: Stage) -> None:
+        release_s = self.now_s()
+        stage_id = stage.stage_id
+        await self._report(lambda: self.sink.stage_released(experiment_id, stage_id))
+        for trial in stage.trials:
+            await self._report(
+                functools.partial(self.sink.trial_started, experiment_id, stage_id, trial.trial_id)
+            )
+        await asyncio.gather(*(self._trial(experiment_id, stage_id, t) for t in stage.trials))
+        end_s = self.now_s()
+        self.record.stages.append(StageRecord(experiment_id, stage_id, release_s, end_s))
+        await self._report(lambda: self.sink.stage_completed(experiment_id, stage_id))
+
+    async def _trial(self, experiment_id: int, stage_id: int, trial: TrialStage) -> None:
+        flows = [flow for flow in trial.sync_flows if flow.src_host != flow.dst_host]
+        first = beamer_option(experiment_id, stage_id, local_coflow_id(trial.trial_id, 0))
+        connections: list[Connection] = []
+        try:
+            # Connect before the first iteration: handshakes are not part of a coflow.
+            for flow in flows:
+                connections.append(await self.agents.connect(flow.src_host, flow.dst_host, first))
+            for iteration in range(trial.iterations):
+                await asyncio.sleep(trial.compute_s)
+                coflow_id = await self._report(
+                    functools.partial(
+                        self.sink.coflow_started, experiment_id, stage_id, trial.trial_id, iteration
+                    )
+                )
+                option = beamer_option(experiment_id, stage_id, coflow_id)
+                start_s = self.now_s()
+                for connection in connections:
+                    connection.tag(option)
+                ends = await asyncio.gather(
+                    *(
+                        self.agents.transfer(connection, iteration, flow.size_bytes)
+                        for connection, flow in zip(connections, flows, strict=True)
+                    )
+                )
+                end_s = max(ends) - self._zero if ends else self.now_s()
+                self.record.coflows.append(
+                    CoflowRecord(
+                        experiment_id,
+                        stage_id,
+                        trial.trial_id,
+                        iteration,
+                        start_s,
+                        end_s,
+                        sum(flow.size_bytes for flow in flows),
+                    )
+                )
+                await self._report(
+                    functools.partial(
+                        self.sink.coflow_finished,
+                        experiment_id,
+                        stage_id,
+                        trial.trial_id,
+                        iteration,
+                    )
+                )
+        finally:
+            for connection in connections:
+                connection.close()
+
+
+async def run_workload(
+    hosts: Mapping[int, HostAddress],
+    experiments: tuple[Experiment, ...],
+    sink: EventSink,
+    watchdog: Callable[[], None] | None = None,
+    watchdog_interval_s: float = 0.25,
+) -> RunRecord:
+    """Start the agents, run every experiment, stop; ``watchdog`` raising aborts the run."""
+    agents = HostAgents(hosts)
+    await agents.start()
+    runner = WorkloadRunner(agents, sink)
+    try:
+        work = asyncio.ensure_future(runner.run(experiments))
+        if watchdog is None:
+            return await work
+        return await _with_watchdog(work, watchdog, watchdog_interval_s)
+    finally:
+        await agents.close()
+
+
+async def _with_watchdog(
+    work: Awaitable[RunRecord], watchdog: Callable[[], None], interval_s: float
+) -> RunRecord:
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval_s)
+            if done:
+                return task.result()
+            watchdog()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

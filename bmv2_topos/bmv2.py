@@ -1,0 +1,106 @@
+"""The BMv2 target: ``simple_switch_grpc`` command line, Thrift detection, HTB shaping.
+
+BMv2 rate-limits each priority queue on its own (``set_queue_rate R port``
+gives every class of the port its own R), so it has no port-level line rate
+and two backlogged classes would both get R. A Beamer bottleneck must drain
+all classes of a port at one rate, strictly by priority. We therefore leave
+BMv2's queues unshaped and build the bottleneck on the switch's egress veth
+with Linux HTB: a root class at the link rate, one child per class with a
+tiny guaranteed rate, ``ceil`` = link rate and HTB ``prio`` 7 − class (HTB
+serves lower ``prio`` first), and u32 filters on the DSCP that ``beamer.p4``
+writes (DSCP = 8 × class, i.e. TOS = class << 5). Spare bandwidth goes to the
+child with the lowest ``prio`` that has packets: strict priority at one rate.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from collections.abc import Sequence
+
+from control.errors import UserError
+
+SIMPLE_SWITCH_GRPC = "simple_switch_grpc"
+PRIORITY_QUEUES = 8
+GUARANTEED_KBIT = 8
+"""Each class's guaranteed rate: small enough that order, not share, decides."""
+
+
+def require_simple_switch_grpc() -> str:
+    path = shutil.which(SIMPLE_SWITCH_GRPC)
+    if path is None:
+        raise UserError(
+            f"--target bmv2: {SIMPLE_SWITCH_GRPC} is not on PATH "
+            "(install BMv2, or use the default --target embedded)"
+        )
+    return path
+
+
+def switch_command(
+    executable: str,
+    device_id: int,
+    ports: Sequence[tuple[int, str]],
+    grpc_addr: str,
+    thrift_port: int | None,
+    log_console: bool = False,
+) -> list[str]:
+    """``simple_switch_grpc`` with 8 priority queues; target options go after ``--``."""
+    argv = [executable, "--device-id", str(device_id)]
+    for port, interface in ports:
+        argv += ["-i", f"{port}@{interface}"]
+    if thrift_port is not None:
+        argv += ["--thrift-port", str(thrift_port)]
+    if log_console:
+        argv.append("--log-console")
+    argv += ["--no-p4", "--", "--grpc-server-addr", grpc_addr]
+    argv += ["--priority-queues", str(PRIORITY_QUEUES)]
+    return argv
+
+
+def thrift_listening(port: int, host: str = "127.0.0.1", timeout_s: float = 3.0) -> bool:
+    """True when something accepts on the Thrift port: BMv2 built ``--with-thrift``.
+
+    Call it from inside the switch's namespace (the port is on its loopback).
+    Our shaping never needs Thrift; it is reported so users know whether
+    ``simple_switch_CLI`` will work on this build.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
+def tos_of_class(priority: int) -> int:
+    """TOS byte of class ``priority``: DSCP = 8 × class, ECN bits zero."""
+    return (8 * priority) << 2
+
+
+def htb_commands(interface: str, rate_mbps: float) -> list[str]:
+    """``tc -batch`` lines making ``interface`` one strict-priority port of ``rate_mbps``.
+
+    Class 1:1 is the port (rate = ceil = link rate); 1:1c (c = 10 + class) holds
+    class c with HTB prio 7 − c. Unmatched traffic (ARP, untagged DSCP 0)
+    falls into class 0's child, like the switch's default class.
+    """
+    rate = f"{rate_mbps:g}mbit"
+    lines = [
+        f"qdisc replace dev {interface} root handle 1: htb default {10 + 0}",
+        f"class add dev {interface} parent 1: classid 1:1 htb rate {rate} ceil {rate}",
+    ]
+    for priority in range(PRIORITY_QUEUES):
+        minor = 10 + priority
+        lines.append(
+            f"class add dev {interface} parent 1:1 classid 1:{minor} htb "
+            f"rate {GUARANTEED_KBIT}kbit ceil {rate} prio {PRIORITY_QUEUES - 1 - priority}"
+        )
+        lines.append(
+            f"filter add dev {interface} parent 1: protocol ip prio 1 u32 "
+            f"match ip tos {tos_of_class(priority):#04x} 0xfc flowid 1:{minor}"
+        )
+    return lines

@@ -1,0 +1,124 @@
+"""``beamer emulate`` (runs in network namespaces) and ``beamer clean`` (leftovers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from control.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
+
+
+def register(subparsers: Any) -> None:
+    emulate = subparsers.add_parser(
+        "emulate",
+        help="run a tuning workload on emulated hosts and switches, one run per policy and seed",
+        description="Builds the topology out of network namespaces (root needed), starts the "
+        "switches and the controller, runs the HP-tuning workload as real tagged TCP, and "
+        "prints the stage completion times next to the simulator's prediction.",
+    )
+    emulate.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
+    emulate.add_argument(
+        "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
+    )
+    emulate.add_argument(
+        "--policies", default="beamer,fair", help="comma-separated policies (default beamer,fair)"
+    )
+    emulate.add_argument(
+        "--workload", default="hp-tuning", help="hp-tuning (default) or a workload file"
+    )
+    seeds = emulate.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, help="one seed")
+    seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
+    emulate.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    emulate.add_argument(
+        "--time-scale", type=float, default=1.0, help="stretch every duration (default 1)"
+    )
+    emulate.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
+    emulate.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
+    emulate.add_argument("--json", action="store_true", help="print one JSON object")
+    emulate.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+    emulate.set_defaults(func=run_emulate)
+
+    clean = subparsers.add_parser(
+        "clean", help="remove namespaces, veths and processes left by killed emulation runs"
+    )
+    clean.set_defaults(func=run_clean)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise UserError(f"{option}: no value given")
+    return values
+
+
+def _names(text: str, option: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names:
+        raise UserError(f"{option}: no policy given")
+    return names
+
+
+def run_emulate(args: argparse.Namespace) -> int:
+    from bmv2_topos import netns
+    from bmv2_topos.emulate import EmulationOptions, run_emulations
+    from bmv2_topos.report import summary, table, write_outputs
+    from control.topology import load_topology
+
+    if args.seed is not None:
+        seeds: tuple[int, ...] = (args.seed,)
+    else:
+        seeds = _ints(args.seeds or "1", "--seeds")
+    if not 1 <= args.queues <= 8:
+        raise UserError(f"--queues: {args.queues} is out of range 1..8")
+    if not args.time_scale > 0:
+        raise UserError(f"--time-scale: must be positive, got {args.time_scale}")
+    if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
+        raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
+    topology = load_topology(args.topo)
+    netns.require_root()
+    options = EmulationOptions(
+        topology=topology,
+        policies=_names(args.policies, "--policies"),
+        seeds=seeds,
+        workload=args.workload,
+        target=args.target,
+        queues=args.queues,
+        time_scale=args.time_scale,
+        bmv2_json=args.bmv2_json,
+        p4info=args.p4info,
+    )
+    report = run_emulations(options)
+    if args.out is not None:
+        for path in write_outputs(report, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        json.dump(summary(report), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(table(report))
+    return 0
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    from bmv2_topos import netns
+    from bmv2_topos.state import clean_leftovers
+
+    netns.require_root()
+    report = clean_leftovers()
+    for item in report.removed:
+        print(f"removed {item}")
+    for run_id in report.skipped_live_runs:
+        print(f"left run {run_id} alone: it is still running")
+    if not report.removed:
+        print("nothing to clean")
+    return 0

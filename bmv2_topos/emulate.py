@@ -1,0 +1,278 @@
+"""Emulation runs: one HP-tuning workload, once per policy and seed, on real packets.
+
+Each run gets a fresh network (:class:`bmv2_topos.launcher.EmulatedNetwork`:
+namespaces, switches, controller with the run's policy), the host agents run
+the workload (:mod:`bmv2_topos.agent`), and the measured stage completion
+times (SCT) are set against the flow-level simulator's prediction for the
+same workload, policy and number of classes.
+
+Emulation scale. The default workload is the project's HP-tuning generator
+with the cluster shrunk to fit a software switch: the topology's hosts,
+``EMULATION_JOBS`` tuning jobs, one synchronised iteration per budget unit,
+2 or 4 workers per trial. :func:`workloads.hp_tuning.shrink` then maps it
+from 10 Gbit/s onto the topology's link rate: bytes shrink with the rate and
+``time_scale``, compute times with ``time_scale``, so the run keeps the
+shape (stage structure, load, compute/communication ratio) of the full-scale
+workload and lasts about 10–30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bmv2_topos.agent import EventSink, HostAddress, RunRecord, StageRecord, run_workload
+from bmv2_topos.launcher import EmulatedNetwork, TargetName
+from control.errors import UserError
+from control.model import Experiment, Stage, Workload
+from control.topology import Topology
+
+EMULATION_JOBS = 3
+EMULATION_WORKERS = (2, 4)
+EMULATION_ITERATIONS_PER_UNIT = 1
+DEFAULT_TIME_SCALE = 1.0
+RUN_TIMEOUT_S = 180.0
+"""A run that has not finished by then is stuck (e.g. a switch that stopped forwarding)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    policy: str
+    seed: int
+
+
+@dataclass
+class RunResult:
+    """One policy × seed: measured stages plus the simulator's prediction."""
+
+    key: RunKey
+    stages: list[StageRecord]
+    alone_s: dict[tuple[int, int], float]
+    wall_s: float
+    predicted_avg_sct_s: float | None = None
+    coflows: int = 0
+
+    @property
+    def scts_s(self) -> list[float]:
+        return [stage.sct_s for stage in self.stages]
+
+    @property
+    def avg_sct_s(self) -> float:
+        return statistics.fmean(self.scts_s)
+
+    @property
+    def p95_sct_s(self) -> float:
+        return percentile(self.scts_s, 95)
+
+    @property
+    def avg_slowdown(self) -> float:
+        return statistics.fmean(
+            stage.sct_s / self.alone_s[stage.experiment_id, stage.stage_id] for stage in self.stages
+        )
+
+    @property
+    def emu_over_sim(self) -> float | None:
+        if self.predicted_avg_sct_s is None or self.predicted_avg_sct_s <= 0:
+            return None
+        return self.avg_sct_s / self.predicted_avg_sct_s
+
+
+@dataclass
+class EmulationReport:
+    runs: list[RunResult] = field(default_factory=list)
+
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(run.key.policy for run in self.runs))
+
+    def of(self, policy: str) -> list[RunResult]:
+        return [run for run in self.runs if run.key.policy == policy]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: a value that was measured)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+# --- workload -------------------------------------------------------------------------
+
+
+def topology_link_bps(topology: Topology) -> float:
+    """The host links' rate: the emulated workload is scaled to it."""
+    rates = {topology.host_link(host.name).rate_mbps for host in topology.hosts}
+    if None in rates or len(rates) != 1:
+        raise UserError(
+            f"{topology.source}: emulation needs every host link shaped at one rate_mbps "
+            f"(found {sorted(str(r) for r in rates)})"
+        )
+    rate = next(iter(rates))
+    assert rate is not None
+    return rate * 1e6
+
+
+def emulation_workload(
+    spec: str, topology: Topology, seed: int, time_scale: float = DEFAULT_TIME_SCALE
+) -> Workload:
+    """The workload of one seed, sized for the topology (hosts by position in the file)."""
+    from workloads import hp_tuning
+    from workloads.loader import read_file
+
+    link_bps = topology_link_bps(topology)
+    if spec == "hp-tuning":
+        config = hp_tuning.HpTuningConfig(
+            seed=seed,
+            num_hosts=len(topology.hosts),
+            num_jobs=EMULATION_JOBS,
+            workers=EMULATION_WORKERS,
+            iterations_per_unit=EMULATION_ITERATIONS_PER_UNIT,
+        )
+        scaled = hp_tuning.shrink(config, link_bps=link_bps, time_scale=time_scale)
+        return hp_tuning.generate(scaled)
+    workload = read_file(Path(spec))
+    if workload.num_hosts > len(topology.hosts):
+        raise UserError(
+            f"{spec}: the workload uses {workload.num_hosts} hosts but "
+            f"{topology.source} has only {len(topology.hosts)}"
+        )
+    return dataclasses.replace(workload, link_bps=link_bps)
+
+
+def alone_sct_s(stage: Stage, link_bps: float) -> float:
+    """The stage's SCT when alone in the network: every coflow at its bottleneck bound.
+
+    Ports follow the big-switch model (each host's uplink and downlink at
+    ``link_bps``); a trial's iterations are sequential (compute, then sync).
+    """
+    longest = 0.0
+    for trial in stage.trials:
+        load: dict[tuple[str, int], int] = {}
+        for flow in trial.sync_flows:
+            if flow.src_host == flow.dst_host:
+                continue
+            load["up", flow.src_host] = load.get(("up", flow.src_host), 0) + flow.size_bytes
+            load["down", flow.dst_host] = load.get(("down", flow.dst_host), 0) + flow.size_bytes
+        sync_s = max(load.values(), default=0) * 8 / link_bps
+        longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
+    return longest
+
+
+def alone_times(workload: Workload) -> dict[tuple[int, int], float]:
+    return {
+        (experiment.experiment_id, stage.stage_id): alone_sct_s(stage, workload.link_bps)
+        for experiment in workload.experiments
+        for stage in experiment.stages
+    }
+
+
+# --- simulator prediction ---------------------------------------------------------------
+
+
+def predicted_avg_sct_s(workload: Workload, policy: str, queues: int) -> float | None:
+    """The flow-level simulator's average SCT for the same workload and policy, if available."""
+    try:
+        from sim import api as sim_api  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    result: Any = sim_api.average_sct_s(workload, policy, queues)
+    return float(result)
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EmulationOptions:
+    topology: Topology
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    workload: str = "hp-tuning"
+    target: TargetName = "embedded"
+    queues: int = 8
+    time_scale: float = DEFAULT_TIME_SCALE
+    bmv2_json: Path | None = None
+    p4info: Path | None = None
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_emulations(options: EmulationOptions, progress: Progress = _stderr) -> EmulationReport:
+    """Every policy × seed, each on a fresh network; any failure stops with one clear error."""
+    report = EmulationReport()
+    for seed in options.seeds:
+        workload = emulation_workload(options.workload, options.topology, seed, options.time_scale)
+        for policy in options.policies:
+            progress(f"emulate: policy {policy}, seed {seed}: starting")
+            result = run_once(options, workload, policy, seed)
+            progress(
+                f"emulate: policy {policy}, seed {seed}: {len(result.stages)} stages, "
+                f"average SCT {result.avg_sct_s:.2f} s ({result.wall_s:.1f} s wall)"
+            )
+            report.runs.append(result)
+    return report
+
+
+def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: int) -> RunResult:
+    from control.events import EventClient
+
+    topology = options.topology
+    started = time.monotonic()
+    with EmulatedNetwork(
+        topology,
+        policy=policy,
+        target=options.target,
+        queues=options.queues,
+        bmv2_json=options.bmv2_json,
+        p4info=options.p4info,
+    ) as network:
+        hosts = {
+            index: HostAddress(network.host_namespace(host.name), str(host.ip))
+            for index, host in enumerate(topology.hosts)
+        }
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+
+        def watchdog() -> None:
+            network.check_processes()
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"emulation of {policy} (seed {seed}) did not finish in {RUN_TIMEOUT_S:g} s"
+                )
+
+        with EventClient(str(network.events_socket)) as client:
+            sink: EventSink = client
+            record = execute(hosts, workload.experiments, sink, watchdog)
+    return RunResult(
+        key=RunKey(policy, seed),
+        stages=record.stages,
+        alone_s=alone_times(workload),
+        wall_s=time.monotonic() - started,
+        predicted_avg_sct_s=predicted_avg_sct_s(workload, policy, options.queues),
+        coflows=len(record.coflows),
+    )
+
+
+def execute(
+    hosts: dict[int, HostAddress],
+    experiments: tuple[Experiment, ...],
+    sink: EventSink,
+    watchdog: Callable[[], None],
+) -> RunRecord:
+    """Run the agents on a fresh event loop; connection errors become one clear line."""
+    try:
+        return asyncio.run(run_workload(hosts, experiments, sink, watchdog))
+    except (ConnectionError, TimeoutError) as error:
+        watchdog()  # a dead switch or controller explains the broken connection best
+        raise UserError(f"emulation traffic failed: {error}") from None

@@ -1,0 +1,465 @@
+"""Build a topology out of network namespaces and veth pairs; start switches and controller.
+
+Layout of one run with id ``abcde`` (prefix ``bmabcde-``):
+
+* one namespace per host, ``bmabcde-h1`` …, holding that host's ``eth0``;
+* one namespace for the fabric, ``bmabcde-sw``, holding every switch end
+  (``s1-eth3`` is port 3 of switch s1), every switch process and the
+  controller. Their P4Runtime and event ports live on that namespace's own
+  loopback, so runs never collide with each other or with services of the
+  machine on ``127.0.0.1:9559``. Host agents reach the controller through
+  its Unix socket in the run directory (filesystem, not network).
+
+Nothing is created in the root namespace: veths are born inside their
+namespaces, and deleting the namespaces removes them. Every step is first
+recorded in the run's state file (:mod:`bmv2_topos.state`); leaving the
+context manager — normally, by exception, Ctrl-C or SIGTERM — removes it all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any, Literal
+
+from bmv2_topos import bmv2, netns
+from bmv2_topos.state import RunState, runs_dir
+from control.errors import UserError
+from control.topology import Endpoint, Topology
+
+TargetName = Literal["embedded", "bmv2"]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_P4 = REPO_ROOT / "p4src" / "beamer.p4"
+EVENTS_ADDR = "127.0.0.1:9100"
+"""The controller's HTTP port, on the fabric namespace's loopback."""
+
+PR_SET_PDEATHSIG = 1
+READY_TIMEOUT_S = 60.0
+
+
+class EmulationFailed(UserError):
+    """A switch or the controller died, or set-up failed: one line, the run is torn down."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwind like Ctrl-C so every ``finally`` runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEnd:
+    namespace: str
+    interface: str
+
+
+@dataclass
+class ManagedProcess:
+    role: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text[-lines:])
+
+
+def switch_interface(switch: str, port: int) -> str:
+    """``s1-eth3``; long switch names fall back to a short form within 15 characters."""
+    name = f"{switch}-eth{port}"
+    return name if len(name) <= 15 else f"{switch[:6]}-p{port}"
+
+
+def _set_parent_death_signal() -> None:
+    """Children die with the run even when it is SIGKILLed (``beamer clean`` does the rest)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class EmulatedNetwork:
+    """Context manager: the whole emulated network of one run.
+
+    ``with EmulatedNetwork(topology, policy="beamer") as net:`` builds it,
+    starts switches and the controller, and waits until the controller has
+    provisioned every switch. ``net.host_namespace("h1")`` and
+    ``net.events_socket`` are what host agents need.
+    """
+
+    topology: Topology
+    policy: str | None = "beamer"
+    """``None``: start no controller (tests that program the switch themselves)."""
+    target: TargetName = "embedded"
+    queues: int = 8
+    p4_source: Path = DEFAULT_P4
+    queue_depth_packets: int | None = None
+    bmv2_json: Path | None = None
+    p4info: Path | None = None
+    """p4c's outputs, which the controller pushes to BMv2 switches."""
+    runs_base: Path | None = None
+    state: RunState | None = field(default=None, init=False)
+    processes: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
+    _previous_handlers: dict[int, Any] = field(default_factory=dict, init=False)
+
+    # --- names -----------------------------------------------------------------------
+
+    @property
+    def prefix(self) -> str:
+        assert self.state is not None
+        return self.state.prefix
+
+    @property
+    def run_dir(self) -> Path:
+        assert self.state is not None
+        return self.state.directory
+
+    @property
+    def fabric_namespace(self) -> str:
+        return f"{self.prefix}sw"
+
+    def host_namespace(self, host: str) -> str:
+        return f"{self.prefix}{host}"
+
+    @property
+    def events_socket(self) -> Path:
+        return self.run_dir / "events.sock"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> EmulatedNetwork:
+        netns.require_root()
+        netns.require_tools("ip", "ethtool", "tc")
+        if self.target == "bmv2":
+            bmv2.require_simple_switch_grpc()
+        self._install_signal_handlers()
+        try:
+            self.state = RunState.create(self.runs_base or runs_dir())
+            self._build()
+            self._start_switches()
+            if self.policy is not None:
+                self._start_controller()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop processes, delete namespaces, remove the run directory; idempotent."""
+        for process in self.processes.values():
+            process.log_file.close()
+        self.processes.clear()
+        if self.state is not None:
+            self.state.teardown()
+            self.state = None
+        self._restore_signal_handlers()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(signum: int, _frame: FrameType | None) -> None:
+            raise Interrupted(signal.Signals(signum).name)
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            self._previous_handlers[signum] = signal.signal(signum, interrupt)
+
+    def _restore_signal_handlers(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers.clear()
+
+    # --- network ---------------------------------------------------------------------
+
+    def _add_namespace(self, name: str) -> None:
+        assert self.state is not None
+        self.state.add_namespace(name)
+        netns.run(["ip", "netns", "add", name])
+        netns.run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+    def _build(self) -> None:
+        topology = self.topology
+        self._add_namespace(self.fabric_namespace)
+        for host in topology.hosts:
+            self._add_namespace(self.host_namespace(host.name))
+        fabric_lines: list[str] = []
+        offloads: list[LinkEnd] = []
+        for link in topology.links:
+            ends = [self._link_end(endpoint) for endpoint in (link.end1, link.end2)]
+            netns.run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    ends[0].interface,
+                    "netns",
+                    ends[0].namespace,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    ends[1].interface,
+                    "netns",
+                    ends[1].namespace,
+                ]
+            )
+            offloads.extend(ends)
+            fabric_lines += [
+                f"link set {end.interface} up"
+                for end in ends
+                if end.namespace == self.fabric_namespace
+            ]
+        for host in topology.hosts:
+            lines = [
+                f"link set eth0 address {host.mac}",
+                f"addr add {host.interface} dev eth0",
+                "link set eth0 up",
+                # Every peer is on-link: the switches route by IP and rewrite the
+                # destination MAC, so hosts need no gateway, only their peers' MACs.
+                "route replace default dev eth0",
+            ]
+            lines += [
+                f"neigh replace {peer.ip} lladdr {peer.mac} dev eth0 nud permanent"
+                for peer in topology.hosts
+                if peer.name != host.name
+            ]
+            netns.ip_batch(self.host_namespace(host.name), lines)
+        netns.ip_batch(self.fabric_namespace, fabric_lines)
+        # A software switch reads frames through raw sockets: segmentation and
+        # checksum offloads would hand it 64 KB super-frames and partial checksums.
+        for offloaded in offloads:
+            netns.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    offloaded.namespace,
+                    "ethtool",
+                    "-K",
+                    offloaded.interface,
+                    "tso",
+                    "off",
+                    "gso",
+                    "off",
+                    "gro",
+                    "off",
+                    "tx",
+                    "off",
+                ]
+            )
+        if self.target == "bmv2":
+            self._shape_bmv2_ports()
+
+    def _link_end(self, endpoint: Endpoint) -> LinkEnd:
+        if endpoint.port is None:
+            return LinkEnd(self.host_namespace(endpoint.node), "eth0")
+        return LinkEnd(self.fabric_namespace, switch_interface(endpoint.node, endpoint.port))
+
+    def _shape_bmv2_ports(self) -> None:
+        lines: list[str] = []
+        for switch in self.topology.switches:
+            for port, link in self.topology.switch_ports(switch.name).items():
+                if link.rate_mbps is not None:
+                    lines += bmv2.htb_commands(switch_interface(switch.name, port), link.rate_mbps)
+        if lines:
+            netns.run(["tc", "-n", self.fabric_namespace, "-batch", "-"], stdin="\n".join(lines))
+
+    # --- processes -------------------------------------------------------------------
+
+    def _spawn(self, role: str, argv: list[str]) -> ManagedProcess:
+        assert self.state is not None
+        log_path = self.run_dir / f"{role}.log"
+        log_file = log_path.open("wb")
+        command = ["ip", "netns", "exec", self.fabric_namespace, *argv]
+        popen = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal,
+        )
+        self.state.add_process(popen.pid, role)
+        process = ManagedProcess(role, popen, log_path, log_file)
+        self.processes[role] = process
+        return process
+
+    def _port_rate_bps(self, switch: str) -> float | None:
+        rates = {link.rate_mbps for link in self.topology.switch_ports(switch).values()}
+        rates.discard(None)
+        if len(rates) > 1:
+            raise UserError(
+                f"{self.topology.source}: switch {switch}: links of different rates "
+                f"({', '.join(f'{r:g}' for r in sorted(r for r in rates if r))} Mbit/s); "
+                "the embedded switch takes one port rate"
+            )
+        rate = next(iter(rates), None)
+        return None if rate is None else rate * 1e6
+
+    def _start_switches(self) -> None:
+        for switch in self.topology.switches:
+            ports = [
+                (port, switch_interface(switch.name, port))
+                for port in self.topology.switch_ports(switch.name)
+            ]
+            target = switch.target or self.target
+            if target == "bmv2":
+                argv = bmv2.switch_command(
+                    bmv2.require_simple_switch_grpc(),
+                    switch.device_id,
+                    ports,
+                    switch.grpc_addr,
+                    switch.thrift_port,
+                )
+            else:
+                argv = [sys.executable, "-m", "control.cli", "switch"]
+                for port, interface in ports:
+                    argv += ["-i", f"{port}@{interface}"]
+                argv += [
+                    "--priority-queues",
+                    str(self.queues if self.queues > 1 else 8),
+                    "--device-id",
+                    str(switch.device_id),
+                    "--grpc-server-addr",
+                    switch.grpc_addr,
+                    "--log-level",
+                    "warning",
+                ]
+                rate_bps = self._port_rate_bps(switch.name)
+                if rate_bps is not None:
+                    argv += ["--queue-rate-bps", f"{rate_bps:g}"]
+                if self.queue_depth_packets is not None:
+                    argv += ["--queue-depth", str(self.queue_depth_packets)]
+                argv.append("--no-p4")
+            self._spawn(f"switch-{switch.name}", argv)
+        for switch in self.topology.switches:
+            address, _, port_text = switch.grpc_addr.rpartition(":")
+            self._wait_listening(f"switch-{switch.name}", address, int(port_text))
+            if (switch.target or self.target) == "bmv2" and switch.thrift_port is not None:
+                has_thrift = netns.call_in_netns(
+                    self.fabric_namespace,
+                    functools.partial(bmv2.thrift_listening, switch.thrift_port),
+                )
+                if not has_thrift:
+                    print(
+                        f"note: {switch.name}: nothing listens on Thrift port "
+                        f"{switch.thrift_port} (BMv2 built without --with-thrift); "
+                        "simple_switch_CLI will not work, shaping uses HTB instead",
+                        file=sys.stderr,
+                    )
+
+    def _start_controller(self) -> None:
+        assert self.policy is not None
+        argv = [
+            sys.executable,
+            "-m",
+            "control.cli",
+            "controller",
+            "--topo",
+            str(Path(self.topology.source).resolve()),
+            "--policy",
+            self.policy,
+            "--queues",
+            str(self.queues),
+            "--events-addr",
+            EVENTS_ADDR,
+            "--events-socket",
+            str(self.events_socket),
+            "--target",
+            self.target,
+            "--p4",
+            str(self.p4_source),
+        ]
+        if self.bmv2_json is not None and self.p4info is not None:
+            argv += ["--bmv2-json", str(self.bmv2_json.resolve())]
+            argv += ["--p4info", str(self.p4info.resolve())]
+        self._spawn("controller", argv)
+        self._wait_controller_ready()
+
+    def _wait_listening(self, role: str, host: str, port: int) -> None:
+        """Poll from inside the fabric namespace until ``host:port`` accepts."""
+
+        def probe() -> bool:
+            try:
+                with contextlib.closing(netns.socket.create_connection((host, port), 0.3)):
+                    return True
+            except OSError:
+                return False
+
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not netns.call_in_netns(self.fabric_namespace, probe):
+            self.check_processes()
+            if time.monotonic() > deadline:
+                raise EmulationFailed(f"{role} did not listen on {host}:{port} in time")
+            time.sleep(0.1)
+
+    def _wait_controller_ready(self) -> None:
+        from control.events import EventClient
+
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            self.check_processes()
+            if self.events_socket.exists():
+                try:
+                    with EventClient(str(self.events_socket), timeout_s=5.0) as client:
+                        status = client.status()
+                    problem = _provisioning_problem(status)
+                    if problem is None:
+                        return
+                except (OSError, UserError) as error:
+                    problem = str(error)
+            else:
+                problem = "no event socket yet"
+            if time.monotonic() > deadline:
+                raise EmulationFailed(f"controller not ready: {problem}")
+            time.sleep(0.2)
+
+    def check_processes(self) -> None:
+        """Raise :class:`EmulationFailed` naming the first switch/controller that exited."""
+        for process in self.processes.values():
+            status = process.popen.poll()
+            if status is not None:
+                tail = process.log_tail()
+                how = f"killed by signal {-status}" if status < 0 else f"exited with {status}"
+                raise EmulationFailed(f"{process.role} {how}" + (f": {tail}" if tail else ""))
+
+    def kill_process(self, role: str, signum: int = signal.SIGKILL) -> None:
+        """Fault injection for tests: signal one of our processes by its pid."""
+        os.kill(self.processes[role].popen.pid, signum)
+        self.processes[role].popen.wait(timeout=10)
+
+
+def _provisioning_problem(status: dict[str, Any]) -> str | None:
+    """None when the controller reports every switch ready, else what is still missing."""
+    switches = status.get("switches")
+    if not isinstance(switches, dict | list):
+        return None
+    items = switches.items() if isinstance(switches, dict) else enumerate(switches)
+    for name, info in items:
+        if isinstance(info, dict):
+            state = str(info.get("state", "ready")).lower()
+            if state != "ready":
+                return f"switch {info.get('name', name)}: {state} {info.get('error') or ''}".strip()
+    return None
+
+
+@contextlib.contextmanager
+def emulated_network(topology: Topology, **options: Any) -> Iterator[EmulatedNetwork]:
+    with EmulatedNetwork(topology, **options) as network:
+        yield network

@@ -1,0 +1,190 @@
+"""Emulation results as a table, JSON, CSV files and PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bmv2_topos.emulate import EmulationReport, RunResult
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present and len(present) == len(values) else None
+
+
+def summary(report: EmulationReport) -> dict[str, dict[str, Any]]:
+    """Per policy, the means over seeds (the ``--json`` object)."""
+    result: dict[str, dict[str, Any]] = {}
+    for policy in report.policies():
+        runs = report.of(policy)
+        predicted = _mean([run.predicted_avg_sct_s for run in runs])
+        avg = statistics.fmean(run.avg_sct_s for run in runs)
+        result[policy] = {
+            "seeds": [run.key.seed for run in runs],
+            "stages": sum(len(run.stages) for run in runs),
+            "coflows": sum(run.coflows for run in runs),
+            "avg_sct_s": avg,
+            "p95_sct_s": statistics.fmean(run.p95_sct_s for run in runs),
+            "avg_slowdown": statistics.fmean(run.avg_slowdown for run in runs),
+            "sim_avg_sct_s": predicted,
+            "emu_over_sim": None if predicted is None else avg / predicted,
+            "per_seed_avg_sct_s": {str(run.key.seed): run.avg_sct_s for run in runs},
+        }
+    if "fair" in result:
+        fair = result["fair"]["avg_sct_s"]
+        for values in result.values():
+            values["avg_sct_vs_fair"] = values["avg_sct_s"] / fair
+    return result
+
+
+def table(report: EmulationReport) -> str:
+    """Per-seed rows, then the mean over seeds of each policy."""
+    header = (
+        f"{'policy':<12} {'seed':>4} {'stages':>6} {'avg SCT s':>10} {'p95 SCT s':>10} "
+        f"{'slowdown':>9} {'sim avg s':>10} {'emu/sim':>8}"
+    )
+    lines = [header, "-" * len(header)]
+    for run in report.runs:
+        lines.append(_row(run.key.policy, str(run.key.seed), run))
+    lines.append("-" * len(header))
+    means = summary(report)
+    for policy, values in means.items():
+        vs_fair = values.get("avg_sct_vs_fair")
+        lines.append(
+            f"{policy:<12} {'mean':>4} {values['stages']:>6} {values['avg_sct_s']:>10.2f} "
+            f"{values['p95_sct_s']:>10.2f} {values['avg_slowdown']:>9.2f} "
+            f"{_fmt(values['sim_avg_sct_s']):>10} {_fmt(values['emu_over_sim']):>8}"
+            + ("" if vs_fair is None or policy == "fair" else f"   {vs_fair:.2f}x fair")
+        )
+    return "\n".join(lines)
+
+
+def _row(policy: str, seed: str, run: RunResult) -> str:
+    return (
+        f"{policy:<12} {seed:>4} {len(run.stages):>6} {run.avg_sct_s:>10.2f} "
+        f"{run.p95_sct_s:>10.2f} {run.avg_slowdown:>9.2f} "
+        f"{_fmt(run.predicted_avg_sct_s):>10} {_fmt(run.emu_over_sim):>8}"
+    )
+
+
+def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
+    """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stages_path = directory / "stages.csv"
+    with stages_path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "policy",
+                "seed",
+                "experiment_id",
+                "stage_id",
+                "release_s",
+                "end_s",
+                "sct_s",
+                "alone_s",
+                "slowdown",
+            ]
+        )
+        for run in report.runs:
+            for stage in run.stages:
+                alone = run.alone_s[stage.experiment_id, stage.stage_id]
+                writer.writerow(
+                    [
+                        run.key.policy,
+                        run.key.seed,
+                        stage.experiment_id,
+                        stage.stage_id,
+                        f"{stage.release_s:.4f}",
+                        f"{stage.end_s:.4f}",
+                        f"{stage.sct_s:.4f}",
+                        f"{alone:.4f}",
+                        f"{stage.sct_s / alone:.4f}",
+                    ]
+                )
+    summary_path = directory / "summary.csv"
+    with summary_path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "policy",
+                "seed",
+                "stages",
+                "avg_sct_s",
+                "p95_sct_s",
+                "avg_slowdown",
+                "sim_avg_sct_s",
+                "emu_over_sim",
+                "wall_s",
+            ]
+        )
+        for run in report.runs:
+            writer.writerow(
+                [
+                    run.key.policy,
+                    run.key.seed,
+                    len(run.stages),
+                    f"{run.avg_sct_s:.4f}",
+                    f"{run.p95_sct_s:.4f}",
+                    f"{run.avg_slowdown:.4f}",
+                    _fmt(run.predicted_avg_sct_s, 4),
+                    _fmt(run.emu_over_sim, 4),
+                    f"{run.wall_s:.2f}",
+                ]
+            )
+    return [stages_path, summary_path, *_plots(report, directory)]
+
+
+def _plots(report: EmulationReport, directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cdf_path = directory / "sct_cdf.png"
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for policy in report.policies():
+        values = sorted(sct for run in report.of(policy) for sct in run.scts_s)
+        fractions = [(i + 1) / len(values) for i in range(len(values))]
+        axes.step(values, fractions, where="post", label=policy)
+    axes.set_xlabel("stage completion time (s)")
+    axes.set_ylabel("fraction of stages")
+    axes.set_title("Emulation: SCT CDF (all seeds)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(cdf_path, dpi=120)
+    plt.close(figure)
+
+    bar_path = directory / "avg_sct.png"
+    means = summary(report)
+    policies = list(means)
+    figure, axes = plt.subplots(figsize=(6, 4))
+    positions = range(len(policies))
+    axes.bar(
+        [p - 0.2 for p in positions],
+        [means[p]["avg_sct_s"] for p in policies],
+        width=0.4,
+        label="emulation",
+    )
+    axes.bar(
+        [p + 0.2 for p in positions],
+        [means[p]["sim_avg_sct_s"] or 0.0 for p in policies],
+        width=0.4,
+        label="simulator",
+    )
+    axes.set_xticks(list(positions), policies)
+    axes.set_ylabel("average SCT (s), mean over seeds")
+    axes.set_title("Emulation against the simulator's prediction")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(bar_path, dpi=120)
+    plt.close(figure)
+    return [cdf_path, bar_path]

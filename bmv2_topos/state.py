@@ -1,0 +1,249 @@
+"""What a run created, on disk, so that nothing outlives it.
+
+Each run writes ``<runs dir>/<run id>/state.json`` *before* it creates a
+namespace or starts a process, and rewrites it after every change. The run
+removes everything itself on exit, Ctrl-C, SIGTERM or failure; when it was
+killed with SIGKILL, ``beamer clean`` reads the state files of dead runs and
+removes what they list: the processes (by pid, only after checking that the
+pid still is the process the run started, by its start time), then the
+namespaces, whose veths go with them.
+
+Names carry the project prefix ``bm`` + a 5-hex-digit run id, short enough
+for interface names (15 characters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bmv2_topos import netns
+
+DEFAULT_RUNS_DIR = Path("/run/beamer")
+"""Root-only tmpfs location; a reboot clears it along with the namespaces."""
+
+RUN_ID_RE = re.compile(r"^[0-9a-f]{5}$")
+OUR_NAME_RE = re.compile(r"^bm[0-9a-f]{5}-")
+STATE_FILE = "state.json"
+
+
+def runs_dir() -> Path:
+    """The directory holding one sub-directory per run (``BEAMER_RUNS_DIR`` overrides)."""
+    return Path(os.environ.get("BEAMER_RUNS_DIR", str(DEFAULT_RUNS_DIR)))
+
+
+def new_run_id(base: Path) -> str:
+    while True:
+        run_id = secrets.token_hex(3)[:5]
+        prefix = f"bm{run_id}-"
+        clash = (base / run_id).exists() or any(
+            name.startswith(prefix) for name in netns.list_namespaces()
+        )
+        if not clash:
+            return run_id
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if it is gone.
+
+    A pid plus its start time names one process for good: a recycled pid has a
+    different start time, so ``beamer clean`` never signals a stranger.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+@dataclass
+class ProcessRecord:
+    pid: int
+    start_ticks: int
+    role: str
+
+    def alive(self) -> bool:
+        return process_start_ticks(self.pid) == self.start_ticks
+
+
+@dataclass
+class RunState:
+    """The on-disk record of one run."""
+
+    run_id: str
+    owner_pid: int
+    owner_start_ticks: int
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[ProcessRecord] = field(default_factory=list)
+    directory: Path = field(default=Path("."), repr=False)
+
+    @property
+    def prefix(self) -> str:
+        return f"bm{self.run_id}-"
+
+    @classmethod
+    def create(cls, base: Path) -> RunState:
+        base.mkdir(parents=True, exist_ok=True)
+        run_id = new_run_id(base)
+        directory = base / run_id
+        directory.mkdir(mode=0o700)
+        pid = os.getpid()
+        state = cls(run_id, pid, process_start_ticks(pid) or 0, directory=directory)
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, directory: Path) -> RunState:
+        raw: dict[str, Any] = json.loads((directory / STATE_FILE).read_text())
+        return cls(
+            run_id=str(raw["run_id"]),
+            owner_pid=int(raw["owner_pid"]),
+            owner_start_ticks=int(raw["owner_start_ticks"]),
+            namespaces=[str(name) for name in raw["namespaces"]],
+            processes=[ProcessRecord(**record) for record in raw["processes"]],
+            directory=directory,
+        )
+
+    def save(self) -> None:
+        """Atomic rewrite: a reader never sees half a file."""
+        document = {
+            "run_id": self.run_id,
+            "owner_pid": self.owner_pid,
+            "owner_start_ticks": self.owner_start_ticks,
+            "namespaces": self.namespaces,
+            "processes": [asdict(record) for record in self.processes],
+        }
+        temporary = self.directory / (STATE_FILE + ".tmp")
+        temporary.write_text(json.dumps(document, indent=1))
+        os.replace(temporary, self.directory / STATE_FILE)
+
+    def owner_alive(self) -> bool:
+        return process_start_ticks(self.owner_pid) == self.owner_start_ticks
+
+    def add_namespace(self, name: str) -> None:
+        self.namespaces.append(name)
+        self.save()
+
+    def add_process(self, pid: int, role: str) -> ProcessRecord:
+        record = ProcessRecord(pid, process_start_ticks(pid) or 0, role)
+        self.processes.append(record)
+        self.save()
+        return record
+
+    def teardown(self) -> list[str]:
+        """Remove everything listed; returns what was removed (for ``beamer clean``)."""
+        removed: list[str] = []
+        for record in reversed(self.processes):
+            if terminate(record):
+                removed.append(f"process {record.pid} ({record.role})")
+        self.processes.clear()
+        self.save()
+        present = set(netns.list_namespaces())
+        for name in reversed(self.namespaces):
+            if name in present and delete_namespace(name):
+                removed.append(f"namespace {name}")
+        self.namespaces.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        return removed
+
+
+def terminate(record: ProcessRecord, grace_s: float = 3.0) -> bool:
+    """SIGTERM, then SIGKILL after ``grace_s``; only if the pid is still ours."""
+    if not record.alive():
+        return False
+    try:
+        os.kill(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        _reap(record.pid)
+        if not record.alive():
+            return True
+        time.sleep(0.05)
+    if record.alive():
+        try:
+            os.kill(record.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        for _ in range(100):
+            _reap(record.pid)
+            if not record.alive():
+                break
+            time.sleep(0.02)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect a child of ours that has exited, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def delete_namespace(name: str) -> bool:
+    try:
+        netns.run(["ip", "netns", "delete", name])
+    except netns.CommandError:
+        return name not in netns.list_namespaces()
+    return True
+
+
+@dataclass
+class CleanReport:
+    removed: list[str] = field(default_factory=list)
+    skipped_live_runs: list[str] = field(default_factory=list)
+
+
+def clean_leftovers(base: Path | None = None) -> CleanReport:
+    """Remove what dead runs left behind; runs whose owner still lives are left alone.
+
+    Namespaces with the project prefix that no state file accounts for are
+    leftovers too (a run writes its state before creating anything).
+    """
+    base = base or runs_dir()
+    report = CleanReport()
+    accounted: set[str] = set()
+    live_prefixes: set[str] = set()
+    if base.is_dir():
+        for directory in sorted(base.iterdir()):
+            if not (directory.is_dir() and RUN_ID_RE.match(directory.name)):
+                continue
+            try:
+                state = RunState.load(directory)
+            except (OSError, ValueError, KeyError, TypeError):
+                # Created but not yet written, or corrupt: only its prefix can be swept.
+                if _is_fresh(directory):
+                    live_prefixes.add(f"bm{directory.name}-")
+                else:
+                    shutil.rmtree(directory, ignore_errors=True)
+                continue
+            if state.owner_alive():
+                report.skipped_live_runs.append(state.run_id)
+                live_prefixes.add(state.prefix)
+                continue
+            accounted.update(state.namespaces)
+            report.removed.extend(state.teardown())
+    for name in netns.list_namespaces():
+        ours = OUR_NAME_RE.match(name) and name not in accounted
+        live = any(name.startswith(prefix) for prefix in live_prefixes)
+        if ours and not live and delete_namespace(name):
+            report.removed.append(f"namespace {name}")
+    return report
+
+
+def _is_fresh(directory: Path, age_s: float = 10.0) -> bool:
+    try:
+        return time.time() - directory.stat().st_mtime < age_s
+    except FileNotFoundError:
+        return False
