@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
     run.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (bmv2 target)")
     run.add_argument("--p4info", type=Path, help="p4c's P4Info text file (bmv2 target)")
     run.add_argument("--counter-interval", type=float, default=1.0, help="seconds between reads")
+    run.add_argument(
+        "--journal",
+        type=Path,
+        default=None,
+        help="keep accepted events in this file so a restarted controller continues",
+    )
     run.set_defaults(func=run_controller)
 
     status = subparsers.add_parser(
@@ -152,6 +158,7 @@ def run_controller(args: argparse.Namespace) -> int:
         election_id=args.election_id,
         default_target=args.target,
         counter_interval_s=args.counter_interval,
+        journal_path=args.journal,
     )
     controller = Controller(config, policy, assign)
     socket_path = args.events_socket or default_socket_path()

@@ -324,9 +324,10 @@ class P4RuntimeClient:
 
     # -- connection --
 
-    def connect(self) -> bool:
+    def connect(self, arbitrate: bool = True) -> bool:
         """Open the channel and stream, send arbitration; returns whether we are primary.
 
+        ``arbitrate=False`` opens no stream: enough for reads, which need no election.
         Raises :class:`ConnectionLostError` when the server is not reachable in time.
         """
         channel = grpc.insecure_channel(self.address)
@@ -339,6 +340,8 @@ class P4RuntimeClient:
             ) from None
         self._channel = channel
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        if not arbitrate:
+            return False
         responses = self._stub.StreamChannel(self._request_iterator())
         self._reader = threading.Thread(
             target=self._read_stream, args=(responses,), name=f"p4rt-{self.address}", daemon=True
@@ -368,6 +371,11 @@ class P4RuntimeClient:
     @property
     def connected(self) -> bool:
         return self._channel is not None and not self._stream_lost.is_set()
+
+    def read_only(self) -> P4RuntimeClient:
+        """Connect without arbitration (for readers such as status tools)."""
+        self.connect(arbitrate=False)
+        return self
 
     def close(self) -> None:
         """End the stream and the channel; safe to call twice."""

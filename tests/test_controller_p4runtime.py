@@ -165,8 +165,11 @@ class Rig:
     def read_entries(self) -> EntryMap:
         """What the switch holds, read over P4Runtime by an independent client."""
         names = P4Names.build(self.artifacts.p4info)
-        with P4RuntimeClient(self.server.addr, 0, election_id=1) as client:
+        client = P4RuntimeClient(self.server.addr, 0).read_only()
+        try:
             entries = client.read_table(0)
+        finally:
+            client.close()
         return dict(from_table_entry(e, names) for e in entries if not e.is_default_action)
 
 

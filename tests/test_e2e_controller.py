@@ -1,0 +1,306 @@
+"""End to end in one process: beamer.p4 on the embedded switch, its P4Runtime server,
+and the controller. Events go in; the entries are read back over P4Runtime; scapy
+packets carrying the Beamer tag leave through the queues the schedule says; a policy
+change reorders the classes while packets flow, and none meets a missing entry."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from scapy.layers.inet import IP, UDP, IPOption
+from scapy.layers.l2 import Ether
+
+from control.controller import Controller, ControllerConfig, PipelineArtifacts
+from control.controller_cli import embedded_artifacts
+from control.entries import from_table_entry
+from control.model import CoflowKey
+from control.p4runtime_client import P4Names, P4RuntimeClient
+from control.policies.base import Ranking, Snapshot
+from control.topology import parse_topology
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.switch import Switch, VirtualClock
+
+P4_SOURCE = Path(__file__).resolve().parents[1] / "p4src" / "beamer.p4"
+HOSTS = (1, 2, 3)
+
+
+class SmallestFirst:
+    """Test policy: smallest remaining coflow first, one coflow per group."""
+
+    name: ClassVar[str] = "smallest-first"
+    clairvoyant: ClassVar[bool] = True
+    allocator: ClassVar[str] = "priority"
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        ordered = sorted(snapshot.coflows, key=lambda c: (c.remaining_bytes, c.key))
+        return Ranking(tuple((c.key,) for c in ordered))
+
+
+def one_class_per_rank(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
+    return [(key, max(k - 1 - rank, 0)) for rank, key in enumerate(ranking.order())]
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> PipelineArtifacts:
+    return embedded_artifacts(P4_SOURCE)
+
+
+@dataclass
+class Network:
+    switch: Switch
+    server: P4RuntimeServer
+    controller: Controller
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return self.controller.handle_event({"type": kind, **fields})
+
+
+@pytest.fixture
+def net(artifacts: PipelineArtifacts) -> Iterator[Network]:
+    switch = Switch(clock=VirtualClock(), priority_queues=8)
+    for port in HOSTS:
+        switch.add_memory_port(port)
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    server.start()
+    topology = parse_topology(
+        {
+            "name": "e2e",
+            "switches": [{"name": "s1", "device_id": 0, "grpc_addr": server.addr}],
+            "hosts": [
+                {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:0{i}"} for i in HOSTS
+            ],
+            "links": [{"node1": f"h{i}", "node2": "s1", "port2": i} for i in HOSTS],
+        }
+    )
+    config = ControllerConfig(
+        topology=topology,
+        artifacts={"embedded": artifacts},
+        policy_name="smallest-first",
+        supervise_interval_s=0.05,
+        counter_interval_s=0.1,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank)
+    try:
+        controller.start()
+        yield Network(switch, server, controller)
+    finally:
+        controller.stop()
+        server.stop(0)
+        switch.close()
+
+
+def _plan(experiment_id: int, sizes: list[int]) -> dict[str, Any]:
+    return {
+        "experiment_id": experiment_id,
+        "stages": [
+            {
+                "stage_id": 0,
+                "trials": [
+                    {
+                        "trial_id": t,
+                        "iterations": 4,
+                        "flows": [{"src": "h1", "dst": "h2", "size_bytes": size}],
+                    }
+                    for t, size in enumerate(sizes)
+                ],
+            }
+        ],
+    }
+
+
+def _start(net: Network, experiment_id: int, sizes: list[int]) -> list[int]:
+    """Release an experiment, start all its trials' first coflows; returns coflow ids."""
+    net.event("experiment_released", experiment=_plan(experiment_id, sizes))
+    net.event("stage_released", experiment_id=experiment_id, stage_id=0)
+    ids = []
+    for trial in range(len(sizes)):
+        key = {"experiment_id": experiment_id, "stage_id": 0, "trial_id": trial}
+        net.event("trial_started", **key)
+        ids.append(net.event("coflow_started", **key, iteration=0)["coflow_id"])
+    return ids
+
+
+def tag(experiment_id: int, stage_id: int, coflow_id: int) -> bytes:
+    """The 12-byte Beamer tag option (team contract)."""
+    return struct.pack("!BBBBHHI", 0x9E, 12, 0x10, 0, experiment_id, stage_id, coflow_id)
+
+
+def packet(experiment_id: int, stage_id: int, coflow_id: int, seq: int = 0) -> bytes:
+    frame = (
+        Ether(dst="02:00:00:00:00:ff", src="02:00:00:00:00:01")
+        / IP(
+            src="10.0.0.1",
+            dst="10.0.0.2",
+            ttl=64,
+            options=[IPOption(tag(experiment_id, stage_id, coflow_id))],
+        )
+        / UDP(sport=4000 + seq % 1000, dport=5000)
+        / (seq.to_bytes(4, "big") + bytes(60))
+    )
+    return bytes(frame)
+
+
+def untagged(seq: int = 0) -> bytes:
+    frame = (
+        Ether(dst="02:00:00:00:00:ff", src="02:00:00:00:00:01")
+        / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64)
+        / UDP(sport=4000, dport=5000)
+        / (seq.to_bytes(4, "big") + bytes(60))
+    )
+    return bytes(frame)
+
+
+def departures(switch: Switch, port: int) -> list[Ether]:
+    return [Ether(d.frame) for d in switch.ports[port].take()]  # type: ignore[attr-defined]
+
+
+def class_of(frame: Ether) -> int:
+    tos: int = frame[IP].tos
+    return tos >> 5
+
+
+def seq_of(frame: Ether) -> int:
+    return int.from_bytes(bytes(frame[UDP].payload)[:4], "big")
+
+
+def test_events_install_entries_read_back_over_p4runtime(
+    net: Network, artifacts: PipelineArtifacts
+) -> None:
+    big = _start(net, 1, [5000])
+    small = _start(net, 2, [100, 400])
+    names = P4Names.build(artifacts.p4info)
+    reader = P4RuntimeClient(net.server.addr, 0).read_only()
+    try:
+        entries = dict(
+            from_table_entry(e, names) for e in reader.read_table(0) if not e.is_default_action
+        )
+    finally:
+        reader.close()
+    classes = {
+        (key.table.rsplit(".", 1)[-1], tuple(v.value for _, v in key.match)): action.params
+        for key, action in entries.items()
+        if key.table != "MyIngress.ipv4_lpm"
+    }
+    # Order: (2,0,t0) 100 B → 7, (2,0,t1) 400 B → 6, (1,0,t0) 5000 B → 5.
+    # Match fields come sorted by name: coflow_id, experiment_id, stage_id.
+    assert classes == {
+        ("stage_class", (1, 0)): (("class_id", 5),),
+        ("stage_class", (2, 0)): (("class_id", 7),),
+        ("coflow_class", (small[1], 2, 0)): (("class_id", 6),),
+    }
+    assert big == [0]
+    lpm = [k for k in entries if k.table == "MyIngress.ipv4_lpm"]
+    assert len(lpm) == 3
+
+
+def test_tagged_packets_leave_through_the_scheduled_queues(net: Network) -> None:
+    big = _start(net, 1, [5000])
+    small = _start(net, 2, [100, 400])
+    switch = net.switch
+    # Port 2 is slow: everything queues, then drains strictly by class.
+    switch.set_queue_rate(rate_pps=1000, port=2)
+    sent = []
+    for _ in range(4):
+        for experiment_id, coflow_id in ((1, big[0]), (2, small[1]), (2, small[0])):
+            switch.send(1, packet(experiment_id, 0, coflow_id, seq=len(sent)))
+            sent.append((experiment_id, coflow_id))
+        switch.send(1, untagged(seq=len(sent)))
+        sent.append((0, 0))
+    switch.run_until_idle()
+    frames = departures(switch, 2)
+    assert len(frames) == len(sent)
+    expected_class = {(1, big[0]): 5, (2, small[1]): 6, (2, small[0]): 7, (0, 0): 0}
+    for frame in frames:
+        assert class_of(frame) == expected_class[sent[seq_of(frame)]]
+        assert frame[Ether].dst == "02:00:00:00:00:02"  # MAC rewritten by ipv4_lpm
+        assert frame[IP].ttl == 63
+        # The switch's checksum over the header with the tag is right: scapy agrees.
+        recomputed = IP(bytes(frame[IP]))
+        del recomputed.chksum
+        assert IP(bytes(recomputed)).chksum == frame[IP].chksum
+    # The first packet found the port idle; after it, strictly by class, FIFO inside.
+    classes = [class_of(f) for f in frames[1:]]
+    assert classes == sorted(classes, reverse=True)
+    for klass in set(classes):
+        seqs = [seq_of(f) for f in frames[1:] if class_of(f) == klass]
+        assert seqs == sorted(seqs)
+    for klass, count in ((7, 4), (6, 4), (5, 4), (0, 4)):
+        assert switch.queue_counters(2, klass).enqueued_packets == count
+
+
+def test_policy_change_reorders_classes_while_packets_flow_without_a_miss(
+    net: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tagged packet of a running stage gets a scheduled class (never the default
+    class 0 of a missing entry) in every table state the controller passes through:
+    packets are sent before and after each Write RPC it makes."""
+    a = _start(net, 1, [3000])
+    b = _start(net, 2, [2000, 2500])
+    switch = net.switch
+    flows = [(1, a[0]), (2, b[0]), (2, b[1])]
+    observed: list[tuple[int, int, int]] = []
+
+    def probe() -> None:
+        for seq, (experiment_id, coflow_id) in enumerate(flows):
+            switch.send(1, packet(experiment_id, 0, coflow_id, seq=seq))
+        for frame in departures(switch, 2):
+            experiment_id, coflow_id = flows[seq_of(frame)]
+            observed.append((experiment_id, coflow_id, class_of(frame)))
+
+    original = P4RuntimeClient.write
+    rpcs: list[list[int]] = []
+
+    def write_and_probe(client: P4RuntimeClient, updates: Any, *args: Any) -> None:
+        probe()
+        original(client, updates, *args)
+        rpcs.append([u.type for u in updates])
+        probe()
+
+    monkeypatch.setattr(P4RuntimeClient, "write", write_and_probe)
+    before = net.controller.status()["order"]
+    # New small experiments push the others down; a trial stop turns coflow-level
+    # entries into a stage-level one; a stage completes and its entry goes.
+    for experiment_id in (3, 4, 5):
+        _start(net, experiment_id, [10 * experiment_id])
+    net.event("trial_stopped", experiment_id=2, stage_id=0, trial_id=1)
+    net.event("trial_stopped", experiment_id=3, stage_id=0, trial_id=0)
+    net.event("stage_completed", experiment_id=3, stage_id=0)
+    net.event("coflow_finished", experiment_id=2, stage_id=0, trial_id=0, iteration=0)
+    net.event("coflow_started", experiment_id=2, stage_id=0, trial_id=0, iteration=1)
+    after = net.controller.status()["order"]
+    assert before != after
+    kinds = {kind for batch in rpcs for kind in batch}
+    assert kinds == {1, 2, 3}  # inserts, modifies and deletes all happened
+    assert len(observed) == 2 * len(rpcs) * len(flows)
+    assert 0 not in {klass for _, _, klass in observed}, "a tagged packet met a missing entry"
+    # Experiment 1 really moved down as smaller experiments arrived.
+    first = [k for e, _, k in observed if e == 1]
+    assert first[0] == 5 and min(first) < 5
+
+
+def test_switch_restart_mid_run_restores_the_schedule(net: Network) -> None:
+    ids = _start(net, 1, [100, 900])
+    session = net.controller.sessions["s1"]
+    # Simulate a cold reload: the switch drops its pipeline (and so every entry).
+    net.switch.set_pipeline(None)
+    deadline = threading.Event()
+    for _ in range(500):
+        if session.provisions == 2 and net.switch.pipeline is not None and session.state == "ready":
+            break
+        deadline.wait(0.02)
+    assert session.provisions == 2
+    for _ in range(500):
+        net.switch.send(1, packet(1, 0, ids[1]))
+        frames = departures(net.switch, 2)
+        if frames and class_of(frames[0]) == 6:
+            break
+        deadline.wait(0.02)
+    net.switch.send(1, packet(1, 0, ids[0]))
+    net.switch.send(1, packet(1, 0, ids[1]))
+    assert [class_of(f) for f in departures(net.switch, 2)] == [7, 6]
