@@ -17,11 +17,11 @@ from softswitch.p4rt.bytestrings import decode_unsigned, encode_unsigned
 from softswitch.p4rt.p4info_index import (
     ActionInfo,
     MatchFieldInfo,
-    MatchKind,
     P4InfoIndex,
     TableInfo,
 )
 from softswitch.p4rt.status import invalid, out_of_range, permission_denied, unimplemented
+from softswitch.p4rt.wire import MatchData, TableEntryData
 from softswitch.runtime import (
     ActionCall,
     ExactMatch,
@@ -51,19 +51,19 @@ def table_info(index: P4InfoIndex, table_id: int) -> TableInfo:
     return table
 
 
-def parse_key(table: TableInfo, entry: p4runtime_pb2.TableEntry) -> ParsedKey:
+def parse_key(table: TableInfo, entry: TableEntryData) -> ParsedKey:
     """The validated key of ``entry`` (INVALID_ARGUMENT / OUT_OF_RANGE when malformed)."""
     matches: dict[int, FieldMatch] = {}
-    for field_match in entry.match:
+    for field_match in entry.matches:
         info = table.match_fields.get(field_match.field_id)
         if info is None:
             raise invalid(f"table '{table.name}' has no match field id {field_match.field_id}")
         if field_match.field_id in matches:
             raise invalid(f"match field '{info.name}' appears twice")
         matches[field_match.field_id] = _parse_field(info, field_match)
-    for info in table.match_fields.values():
-        if info.kind is MatchKind.EXACT and info.field_id not in matches:
-            raise invalid(f"exact match field '{info.name}' is missing")
+    for field_id in table.exact_field_ids:
+        if field_id not in matches:
+            raise invalid(f"exact match field '{table.match_fields[field_id].name}' is missing")
     if table.needs_priority:
         if entry.priority <= 0:
             raise invalid(f"table '{table.name}' needs a priority > 0 (ternary/range/optional)")
@@ -74,69 +74,73 @@ def parse_key(table: TableInfo, entry: p4runtime_pb2.TableEntry) -> ParsedKey:
     return ParsedKey(table.table_id, matches, entry.priority)
 
 
-def _parse_field(info: MatchFieldInfo, field_match: p4runtime_pb2.FieldMatch) -> FieldMatch:
-    kind = field_match.WhichOneof("field_match_type")
+def _parse_field(info: MatchFieldInfo, field_match: MatchData) -> FieldMatch:
+    kind = field_match.kind
     what = f"match field '{info.name}'"
     expected = info.kind.value if info.kind is not None else "unsupported"
     if kind != expected:
         raise invalid(f"{what} is {expected}, request gives {kind or 'nothing'}")
     width = info.bitwidth
     if kind == "exact":
-        return ExactMatch(decode_unsigned(field_match.exact.value, width, what))
+        return ExactMatch(decode_unsigned(field_match.value, width, what))
     if kind == "lpm":
-        prefix_len = field_match.lpm.prefix_len
+        prefix_len = field_match.prefix_len
         if not 0 < prefix_len <= width:
             raise invalid(f"{what}: prefix length {prefix_len} not in 1..{width} (omit for /0)")
-        value = decode_unsigned(field_match.lpm.value, width, what)
+        value = decode_unsigned(field_match.value, width, what)
         host_mask = (1 << (width - prefix_len)) - 1
         if value & host_mask:
             raise invalid(f"{what}: bits past the /{prefix_len} prefix must be zero")
         return LpmMatch(value, prefix_len)
     if kind == "ternary":
-        value = decode_unsigned(field_match.ternary.value, width, what)
-        mask = decode_unsigned(field_match.ternary.mask, width, f"{what} mask")
+        value = decode_unsigned(field_match.value, width, what)
+        mask = decode_unsigned(field_match.second, width, f"{what} mask")
         if mask == 0:
             raise invalid(f"{what}: an all-zero mask is a don't-care; omit the field")
         if value & ~mask:
             raise invalid(f"{what}: value has bits set outside the mask")
         return TernaryMatch(value, mask)
     if kind == "range":
-        low = decode_unsigned(field_match.range.low, width, f"{what} low")
-        high = decode_unsigned(field_match.range.high, width, f"{what} high")
+        low = decode_unsigned(field_match.value, width, f"{what} low")
+        high = decode_unsigned(field_match.second, width, f"{what} high")
         if low > high:
             raise invalid(f"{what}: low bound {low} above high bound {high}")
         if low == 0 and high == (1 << width) - 1:
             raise invalid(f"{what}: the full range is a don't-care; omit the field")
         return RangeMatch(low, high)
-    return OptionalMatch(decode_unsigned(field_match.optional.value, width, what))
+    return OptionalMatch(decode_unsigned(field_match.value, width, what))
 
 
 def parse_action(
-    index: P4InfoIndex, table: TableInfo, action: p4runtime_pb2.Action, *, default_entry: bool
+    index: P4InfoIndex, table: TableInfo, entry: TableEntryData, *, default_entry: bool
 ) -> ActionCall:
     """The validated action of an entry; scope violations are PERMISSION_DENIED (spec §9.1.2)."""
-    ref = table.action_refs.get(action.action_id)
+    if entry.action_kind != "action":
+        raise invalid(
+            f"table '{table.name}' is a direct table: give an action, not {entry.action_kind}"
+        )
+    ref = table.action_refs.get(entry.action_id)
     if ref is None:
-        raise invalid(f"action id {action.action_id} is not an action of table '{table.name}'")
-    info: ActionInfo = index.actions[action.action_id]
+        raise invalid(f"action id {entry.action_id} is not an action of table '{table.name}'")
+    info: ActionInfo = index.actions[entry.action_id]
     if default_entry and ref.scope == p4info_pb2.ActionRef.TABLE_ONLY:
         raise permission_denied(f"action '{info.name}' may not be the default of '{table.name}'")
     if not default_entry and ref.scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
         raise permission_denied(f"action '{info.name}' may only be the default of '{table.name}'")
     params: dict[int, int] = {}
-    for param in action.params:
-        param_info = info.params.get(param.param_id)
+    for param_id, raw in entry.params:
+        param_info = info.params.get(param_id)
         if param_info is None:
-            raise invalid(f"action '{info.name}' has no parameter id {param.param_id}")
-        if param.param_id in params:
+            raise invalid(f"action '{info.name}' has no parameter id {param_id}")
+        if param_id in params:
             raise invalid(f"parameter '{param_info.name}' of '{info.name}' appears twice")
         what = f"parameter '{param_info.name}' of '{info.name}'"
-        params[param.param_id] = decode_unsigned(param.value, param_info.bitwidth, what)
-    missing = [p.name for p in info.params.values() if p.param_id not in params]
-    if missing:
+        params[param_id] = decode_unsigned(raw, param_info.bitwidth, what)
+    if len(params) != len(info.params):
+        missing = [p.name for p in info.params.values() if p.param_id not in params]
         raise invalid(f"action '{info.name}' is missing parameter(s) {', '.join(missing)}")
     # The runtime takes arguments in P4Info parameter order.
-    return ActionCall(action.action_id, tuple(params[pid] for pid in info.params))
+    return ActionCall(entry.action_id, tuple(params[pid] for pid in info.params))
 
 
 def key_to_proto(

@@ -53,10 +53,14 @@ class TableInfo:
     is_const_table: bool
     indirect: bool  # an action profile implementation (not supported by this target)
     direct_counter_id: int | None
+    needs_priority: bool = field(init=False)
+    exact_field_ids: tuple[int, ...] = field(init=False)  # no don't-care: always given
 
-    @property
-    def needs_priority(self) -> bool:
-        return any(f.kind in PRIORITY_KINDS for f in self.match_fields.values())
+    def __post_init__(self) -> None:
+        kinds = [f.kind for f in self.match_fields.values()]
+        object.__setattr__(self, "needs_priority", any(k in PRIORITY_KINDS for k in kinds))
+        exact = tuple(f.field_id for f in self.match_fields.values() if f.kind is MatchKind.EXACT)
+        object.__setattr__(self, "exact_field_ids", exact)
 
 
 @dataclass(frozen=True)

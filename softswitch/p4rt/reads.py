@@ -22,6 +22,7 @@ from softswitch.p4rt.entries import (
 from softswitch.p4rt.p4info_index import TableInfo
 from softswitch.p4rt.pipeline_config import ActivePipeline
 from softswitch.p4rt.status import invalid, not_found, unimplemented
+from softswitch.p4rt.wire import table_entry_data
 from softswitch.runtime import CounterData, TableState, entry_key
 from softswitch.runtime import TableEntry as RuntimeEntry
 
@@ -83,7 +84,7 @@ def _selected_entries(
 ) -> Iterable[RuntimeEntry]:
     """The entries of one table that pass the request's filters."""
     if len(request.match):
-        key = parse_key(table, request)
+        key = parse_key(table, table_entry_data(request))
         found = state.entries.get(entry_key(key.matches, key.priority))
         candidates: Iterable[RuntimeEntry] = [found] if found is not None else []
     else:
@@ -172,7 +173,7 @@ def _read_direct_counter_entries(
             results.append(result)
             continue
         if len(selector.match):
-            key = parse_key(table, selector)
+            key = parse_key(table, table_entry_data(selector))
             found = state.entries.get(entry_key(key.matches, key.priority))
             if found is None:
                 raise not_found(f"table '{table.name}' has no such entry")

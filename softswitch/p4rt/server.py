@@ -6,12 +6,11 @@ from concurrent import futures
 from types import TracebackType
 
 import grpc
-from p4.v1 import p4runtime_pb2_grpc
 
 from control.errors import UserError
 from softswitch.p4rt.arbitration import MAX_STREAMS_PER_ROLE
 from softswitch.p4rt.pipeline_config import PipelineHost
-from softswitch.p4rt.service import P4RuntimeServicer
+from softswitch.p4rt.service import P4RuntimeServicer, add_to_server
 
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
 
@@ -46,7 +45,7 @@ class P4RuntimeServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.servicer, server)
+        add_to_server(self.servicer, server)
         try:
             port = server.add_insecure_port(self.addr)
         except RuntimeError as error:

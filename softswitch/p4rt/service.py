@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 
 import grpc
+from google.protobuf.message import DecodeError
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from softswitch.p4rt.arbitration import (
@@ -28,7 +29,8 @@ from softswitch.p4rt.status import (
     not_found,
     unimplemented,
 )
-from softswitch.p4rt.writes import apply_update
+from softswitch.p4rt.wire import decode_write_request
+from softswitch.p4rt.writes import apply_raw_update
 
 # The P4Runtime release whose protobufs this server is built on.
 P4RUNTIME_API_VERSION = "1.4.1"
@@ -43,6 +45,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     """Serves one device (``device_id``) backed by ``switch``."""
 
     def __init__(self, switch: PipelineHost, device_id: int) -> None:
+        """Serve ``device_id``; register with :func:`add_to_server` (Write takes raw bytes)."""
         self.device_id = device_id
         self.arbitrator = Arbitrator(device_id)
         self.configs = PipelineConfigs(switch)
@@ -51,24 +54,30 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     # ------------------------------------------------------------------ Write
 
     def Write(
-        self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
+        self, request: bytes | p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
     ) -> p4runtime_pb2.WriteResponse:
-        election_id = (
-            election_id_value(request.election_id) if request.HasField("election_id") else None
-        )
+        """Apply a batch; the server hands the raw bytes here (see ``wire``)."""
         try:
-            self.arbitrator.check_primary(request.device_id, request.role, election_id)
-            if request.atomicity != WriteRequest.CONTINUE_ON_ERROR:
-                name = WriteRequest.Atomicity.Name(request.atomicity)
+            batch = (
+                decode_write_request(request)
+                if isinstance(request, bytes)
+                else decode_write_request(request.SerializeToString())
+            )
+        except DecodeError:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the WriteRequest cannot be parsed")
+        errors: list[P4RuntimeError | None] = []
+        failed = False
+        try:
+            self.arbitrator.check_primary(batch.device_id, batch.role, batch.election_id)
+            if batch.atomicity != WriteRequest.CONTINUE_ON_ERROR:
+                name = WriteRequest.Atomicity.Name(batch.atomicity)
                 raise unimplemented(f"atomicity {name} is not supported; use CONTINUE_ON_ERROR")
             with self.state_lock:
                 active = self.configs.active()
-                errors: list[P4RuntimeError | None] = []
-                failed = False
                 with active.runtime.lock:
-                    for update in request.updates:
+                    for update in batch.updates:
                         try:
-                            apply_update(active, update)
+                            apply_raw_update(active, update)
                             errors.append(None)
                         except P4RuntimeError as error:
                             errors.append(error)
@@ -234,3 +243,43 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             error_message.message = f"stream message '{kind}' is not supported"
         stream.send(reply)
         return None
+
+
+def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
+    """Register the P4Runtime service; Write gets its request undecoded, for ``wire``."""
+    pb = p4runtime_pb2
+    handlers = {
+        "Write": grpc.unary_unary_rpc_method_handler(
+            servicer.Write,
+            request_deserializer=None,
+            response_serializer=pb.WriteResponse.SerializeToString,
+        ),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            servicer.Read,
+            request_deserializer=pb.ReadRequest.FromString,
+            response_serializer=pb.ReadResponse.SerializeToString,
+        ),
+        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.SetForwardingPipelineConfig,
+            request_deserializer=pb.SetForwardingPipelineConfigRequest.FromString,
+            response_serializer=pb.SetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.GetForwardingPipelineConfig,
+            request_deserializer=pb.GetForwardingPipelineConfigRequest.FromString,
+            response_serializer=pb.GetForwardingPipelineConfigResponse.SerializeToString,
+        ),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamChannel,
+            request_deserializer=pb.StreamMessageRequest.FromString,
+            response_serializer=pb.StreamMessageResponse.SerializeToString,
+        ),
+        "Capabilities": grpc.unary_unary_rpc_method_handler(
+            servicer.Capabilities,
+            request_deserializer=pb.CapabilitiesRequest.FromString,
+            response_serializer=pb.CapabilitiesResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers),)
+    )

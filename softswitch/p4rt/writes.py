@@ -7,6 +7,7 @@ mistake; the servicer collects one outcome per update.
 from __future__ import annotations
 
 import grpc
+from google.protobuf.message import DecodeError
 from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt.bytestrings import decode_unsigned
@@ -19,8 +20,8 @@ from softswitch.p4rt.status import (
     permission_denied,
     unimplemented,
 )
+from softswitch.p4rt.wire import TableEntryData, decode_table_update, table_entry_data
 from softswitch.runtime import (
-    ActionCall,
     CounterData,
     RuntimeState,
     RuntimeStateError,
@@ -30,14 +31,37 @@ from softswitch.runtime import (
 Update = p4runtime_pb2.Update
 
 
+def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Update) -> None:
+    """Apply one update as received: table entries straight from the wire when possible."""
+    if isinstance(update, bytes):
+        decoded = decode_table_update(update)
+        if decoded is not None:
+            update_type, entry = decoded
+            _check_type(update_type)
+            try:
+                _write_table_entry(active, update_type, entry)
+            except RuntimeStateError as error:
+                raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
+            return
+        try:
+            update = p4runtime_pb2.Update.FromString(update)
+        except DecodeError:
+            raise invalid("the update cannot be parsed") from None
+    apply_update(active, update)
+
+
+def _check_type(update_type: int) -> None:
+    if update_type not in (Update.INSERT, Update.MODIFY, Update.DELETE):
+        raise invalid(f"update type {update_type} is not INSERT, MODIFY or DELETE")
+
+
 def apply_update(active: ActivePipeline, update: p4runtime_pb2.Update) -> None:
     """Apply ``update`` or raise; the runtime's own errors keep their status code."""
-    if update.type not in (Update.INSERT, Update.MODIFY, Update.DELETE):
-        raise invalid(f"update type {update.type} is not INSERT, MODIFY or DELETE")
+    _check_type(update.type)
     kind = update.entity.WhichOneof("entity")
     try:
         if kind == "table_entry":
-            _write_table_entry(active, update.type, update.entity.table_entry)
+            _write_table_entry(active, update.type, table_entry_data(update.entity.table_entry))
         elif kind == "counter_entry":
             _write_counter_entry(active, update.type, update.entity.counter_entry)
         elif kind == "direct_counter_entry":
@@ -58,27 +82,23 @@ def counter_data(data: p4runtime_pb2.CounterData) -> CounterData:
     return CounterData(data.byte_count, data.packet_count)
 
 
-def _check_no_unsupported_resources(table: TableInfo, entry: p4runtime_pb2.TableEntry) -> None:
-    if entry.HasField("meter_config") or entry.HasField("meter_counter_data"):
+def _check_no_unsupported_resources(table: TableInfo, entry: TableEntryData) -> None:
+    if entry.has_meter:
         raise invalid(f"table '{table.name}' has no direct meter")
     if entry.idle_timeout_ns:
         raise invalid(f"table '{table.name}' does not support idle timeout")
-    if entry.HasField("counter_data") and table.direct_counter_id is None:
+    if entry.counter is not None and table.direct_counter_id is None:
         raise invalid(f"table '{table.name}' has no direct counter")
 
 
-def _entry_action(
-    active: ActivePipeline, table: TableInfo, entry: p4runtime_pb2.TableEntry, *, default: bool
-) -> ActionCall:
-    kind = entry.action.WhichOneof("type")
-    if kind != "action":
-        raise invalid(f"table '{table.name}' is a direct table: give an action, not {kind}")
-    return parse_action(active.index, table, entry.action.action, default_entry=default)
+def _counter_of(counter: tuple[int, int]) -> CounterData:
+    byte_count, packet_count = counter
+    if byte_count < 0 or packet_count < 0:
+        raise invalid("counter values must not be negative")
+    return CounterData(byte_count, packet_count)
 
 
-def _write_table_entry(
-    active: ActivePipeline, update_type: int, entry: p4runtime_pb2.TableEntry
-) -> None:
+def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEntryData) -> None:
     if entry.is_const:
         raise invalid("is_const must be false in a write")
     table = table_info(active.index, entry.table_id)
@@ -98,10 +118,10 @@ def _write_table_entry(
     if update_type == Update.INSERT:
         if table.is_const_table:
             raise permission_denied(f"table '{table.name}' has const entries")
-        if not entry.HasField("action"):
+        if not entry.has_action:
             raise invalid("INSERT needs an action")
-        call = _entry_action(active, table, entry, default=False)
-        initial = counter_data(entry.counter_data) if entry.HasField("counter_data") else None
+        call = parse_action(active.index, table, entry, default_entry=False)
+        initial = _counter_of(entry.counter) if entry.counter is not None else None
         runtime.insert_entry(
             key.table_id,
             TableEntry(
@@ -115,16 +135,16 @@ def _write_table_entry(
         )
         return
     # MODIFY: the action may be left out (kept); the counter is written only when given.
-    new_counter = counter_data(entry.counter_data) if entry.HasField("counter_data") else None
+    new_counter = _counter_of(entry.counter) if entry.counter is not None else None
     with runtime.lock:
         state = runtime.table(key.table_id)
         existing = state.get(key.matches, key.priority)
         if table.is_const_table:
-            if entry.HasField("action"):
+            if entry.has_action:
                 raise permission_denied(f"table '{table.name}' has const entries")
         else:
-            if entry.HasField("action"):
-                call = _entry_action(active, table, entry, default=False)
+            if entry.has_action:
+                call = parse_action(active.index, table, entry, default_entry=False)
                 state.modify(key.matches, key.priority, call)
             existing.controller_metadata = entry.controller_metadata
             existing.metadata = entry.metadata
@@ -133,25 +153,25 @@ def _write_table_entry(
 
 
 def _write_default_entry(
-    active: ActivePipeline, table: TableInfo, update_type: int, entry: p4runtime_pb2.TableEntry
+    active: ActivePipeline, table: TableInfo, update_type: int, entry: TableEntryData
 ) -> None:
     if update_type != Update.MODIFY:
         raise invalid("the default entry can only be modified (no INSERT or DELETE)")
-    if len(entry.match) or entry.priority:
+    if entry.matches or entry.priority:
         raise invalid("the default entry takes no match and no priority")
     if table.const_default_action_id:
         raise permission_denied(f"table '{table.name}' has a const default action")
     runtime = active.runtime
     with runtime.lock:
         state = runtime.table(table.table_id)
-        if entry.HasField("action"):
-            state.set_default_action(_entry_action(active, table, entry, default=True))
+        if entry.has_action:
+            state.set_default_action(parse_action(active.index, table, entry, default_entry=True))
         else:
             # An unset action restores the program's default and resets its resources.
             state.set_default_action(None)
             state.default_counter = CounterData()
-        if entry.HasField("counter_data"):
-            state.default_counter = counter_data(entry.counter_data)
+        if entry.counter is not None:
+            state.default_counter = _counter_of(entry.counter)
 
 
 def _write_counter_entry(
@@ -191,7 +211,7 @@ def _write_direct_counter_entry(
             if entry.HasField("data"):
                 state.default_counter = counter_data(entry.data)
             return
-        key = parse_key(table, entry.table_entry)
+        key = parse_key(table, table_entry_data(entry.table_entry))
         existing = state.get(key.matches, key.priority)  # NOT_FOUND when missing
         if entry.HasField("data"):
             existing.counter = counter_data(entry.data)

@@ -1,0 +1,235 @@
+"""Batched Write throughput of the embedded P4Runtime server, and what protobuf costs.
+
+Inserts, modifies and deletes coflow entries of beamer.p4's ``coflow_class`` table in
+batched WriteRequests over loopback gRPC, and reports entries per second (median of
+runs). The same entries written straight into the runtime state (no protobuf, no gRPC)
+are the reference, measured in the same run. Separately it times serialising and
+parsing a 1,000-entry WriteRequest with the installed protobuf backend (pure Python
+under protobuf 3.20 on Python 3.11), the share of the Write path it explains.
+
+    python -m bench.bench_p4rt_write [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.internal import api_implementation
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from bench.common import emit
+from softswitch.frontend import CompiledProgram, compile_file
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.runtime import ActionCall, ExactMatch, FieldMatch, RuntimeState, TableEntry
+from softswitch.switch import Switch
+
+BEAMER_P4 = Path(__file__).resolve().parent.parent / "p4src" / "beamer.p4"
+TABLE = "MyIngress.coflow_class"
+ACTION = "MyIngress.set_class"
+DEVICE_ID = 0
+ELECTION_LOW = 1
+
+
+class Ids:
+    """P4Info ids the benchmark needs, looked up by name."""
+
+    def __init__(self, program: CompiledProgram) -> None:
+        table = next(t for t in program.p4info.tables if t.preamble.name == TABLE)
+        action = next(a for a in program.p4info.actions if a.preamble.name == ACTION)
+        self.table_id = table.preamble.id
+        self.field_ids = [m.id for m in table.match_fields]  # experiment, stage, coflow
+        self.action_id = action.preamble.id
+        self.param_id = action.params[0].id
+
+
+def entry_key(number: int) -> tuple[int, int, int]:
+    """A distinct (experiment, stage, coflow) per entry, shaped like real tags."""
+    experiment, rest = divmod(number, 1000)
+    stage, coflow = divmod(rest, 100)
+    return experiment + 1, stage + 1, (coflow << 16) | (number & 0xFFFF)
+
+
+def write_request(ids: Ids, numbers: range, update_type: int, class_id: int) -> Any:
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    request.election_id.low = ELECTION_LOW
+    for number in numbers:
+        entry = request.updates.add(type=update_type).entity.table_entry
+        entry.table_id = ids.table_id
+        for field_id, value in zip(ids.field_ids, entry_key(number), strict=True):
+            entry.match.add(field_id=field_id).exact.value = value.to_bytes(
+                max(1, (value.bit_length() + 7) // 8), "big"
+            )
+        if update_type != p4runtime_pb2.Update.DELETE:
+            entry.action.action.action_id = ids.action_id
+            entry.action.action.params.add(param_id=ids.param_id, value=bytes([class_id]))
+    return request
+
+
+def median_of(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def grpc_rates(
+    program: CompiledProgram, ids: Ids, entries: int, batch: int, repeats: int
+) -> dict[str, float]:
+    """Entries/s for INSERT, MODIFY and DELETE through the server, median of ``repeats``."""
+    switch = Switch()
+    server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(
+        server.addr, options=[("grpc.max_send_message_length", 256 * 1024 * 1024)]
+    )
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    arbitration = p4runtime_pb2.StreamMessageRequest()
+    arbitration.arbitration.device_id = DEVICE_ID
+    arbitration.arbitration.election_id.low = ELECTION_LOW
+    done = threading.Event()
+
+    def stream_requests() -> Iterator[Any]:
+        """Arbitrate, then keep the stream (and so the primary role) open until done."""
+        yield arbitration
+        done.wait()
+
+    stream = stub.StreamChannel(stream_requests())
+    next(stream)  # the arbitration reply: primary
+    config = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID,
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+    )
+    config.election_id.low = ELECTION_LOW
+    config.config.p4info.CopyFrom(program.p4info)
+    config.config.p4_device_config = program.device_config()
+    stub.SetForwardingPipelineConfig(config)
+
+    # Requests go out pre-serialised, so the figures are the server's (the client's
+    # pure-Python serialisation is measured apart, and once end to end).
+    raw_write = channel.unary_unary(
+        "/p4.v1.P4Runtime/Write",
+        request_serializer=None,
+        response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+    )
+    Update = p4runtime_pb2.Update
+    batches = [range(start, min(start + batch, entries)) for start in range(0, entries, batch)]
+    plans = {
+        kind: [write_request(ids, numbers, kind, class_id=3) for numbers in batches]
+        for kind in (Update.INSERT, Update.MODIFY, Update.DELETE)
+    }
+    wire = {kind: [r.SerializeToString() for r in requests] for kind, requests in plans.items()}
+    samples: dict[str, list[float]] = {
+        "insert": [],
+        "modify": [],
+        "delete": [],
+        "insert_with_client_serialization": [],
+    }
+    try:
+        for _ in range(repeats):
+            for name, kind in (
+                ("insert", Update.INSERT),
+                ("modify", Update.MODIFY),
+                ("delete", Update.DELETE),
+            ):
+                seconds = timed(partial(_write_all, raw_write, wire[kind]))
+                samples[name].append(entries / seconds)
+            seconds = timed(partial(_write_all, stub.Write, plans[Update.INSERT]))
+            samples["insert_with_client_serialization"].append(entries / seconds)
+            _write_all(raw_write, wire[Update.DELETE])
+    finally:
+        done.set()
+        stream.cancel()
+        channel.close()
+        server.stop(0)
+        switch.close()
+    return {f"{name}_entries_per_s": median_of(values) for name, values in samples.items()}
+
+
+def _write_all(call: Callable[[Any], object], requests: list[Any]) -> None:
+    for request in requests:
+        call(request)
+
+
+def direct_insert_rate(program: CompiledProgram, ids: Ids, entries: int, repeats: int) -> float:
+    """Reference: the same inserts straight into a RuntimeState (no protobuf, no gRPC)."""
+    keys = [entry_key(number) for number in range(entries)]
+    samples = []
+    for _ in range(repeats):
+        state: RuntimeState = program.new_runtime_state()
+
+        def insert_all(state: RuntimeState = state) -> None:
+            for key in keys:
+                matches: dict[int, FieldMatch] = {
+                    field_id: ExactMatch(value)
+                    for field_id, value in zip(ids.field_ids, key, strict=True)
+                }
+                state.insert_entry(
+                    ids.table_id, TableEntry(matches, ActionCall(ids.action_id, (3,)))
+                )
+
+        samples.append(entries / timed(insert_all))
+    return median_of(samples)
+
+
+def protobuf_costs(ids: Ids, repeats: int) -> dict[str, float]:
+    """Milliseconds to serialise and to parse one 1,000-entry INSERT WriteRequest."""
+    request = write_request(ids, range(1000), p4runtime_pb2.Update.INSERT, class_id=3)
+    data = request.SerializeToString()
+    serialise = [timed(request.SerializeToString) * 1000 for _ in range(repeats)]
+    parse = [
+        timed(lambda: p4runtime_pb2.WriteRequest.FromString(data)) * 1000 for _ in range(repeats)
+    ]
+    return {
+        "serialize_ms_per_1000_entries": median_of(serialise),
+        "parse_ms_per_1000_entries": median_of(parse),
+        "write_request_bytes_per_entry": len(data) / 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer entries and runs")
+    args = parser.parse_args()
+    entries, batch, repeats = (2000, 500, 3) if args.quick else (4000, 1000, 5)
+
+    program = compile_file(BEAMER_P4)
+    ids = Ids(program)
+    rates = grpc_rates(program, ids, entries, batch, repeats)
+    reference = direct_insert_rate(program, ids, entries, repeats)
+    costs = protobuf_costs(ids, repeats)
+    insert_ms_per_1000 = 1000 / rates["insert_entries_per_s"] * 1000
+    emit(
+        {
+            "benchmark": "p4rt_write",
+            "table": TABLE,
+            "entries": entries,
+            "batch_entries": batch,
+            "repeats": repeats,
+            "protobuf_backend": api_implementation.Type(),
+            **{key: round(value, 1) for key, value in rates.items()},
+            "reference_direct_insert_entries_per_s": round(reference, 1),
+            "ratio_insert_vs_direct": round(rates["insert_entries_per_s"] / reference, 3),
+            **{key: round(value, 3) for key, value in costs.items()},
+            "protobuf_share_of_insert_time": round(
+                (costs["serialize_ms_per_1000_entries"] + costs["parse_ms_per_1000_entries"])
+                / insert_ms_per_1000,
+                3,
+            ),
+            "goal_entries_per_s": 20000,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,415 @@
+"""A fast decoder for the hot part of WriteRequest: table-entry updates.
+
+With protobuf 3.20 on Python 3.11 (what p4runtime 1.4.1 and p4runtime-shell allow),
+protobuf parses in pure Python at ~170 µs per table-entry update, ten times the cost of
+everything else the server does with it. This module reads the protobuf wire format
+of WriteRequest → Update → Entity → TableEntry directly into :class:`TableEntryData`.
+Anything it does not expect (another entity, an unknown or repeated singular field,
+a wire type it does not handle) makes it give up on that update, which is then
+parsed by protobuf as usual: the fast path never changes what a request means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from p4.v1 import p4runtime_pb2
+
+# Wire types used by p4runtime.proto's messages here.
+_VARINT = 0
+_LENGTH_DELIMITED = 2
+
+
+class NotFastPath(Exception):
+    """The bytes hold something this decoder leaves to protobuf."""
+
+
+@dataclass(slots=True)
+class MatchData:
+    """One FieldMatch: ``kind`` is the oneof name; ``value``/``second`` hold its bytes
+    (ternary value/mask, range low/high), ``prefix_len`` the LPM length."""
+
+    field_id: int
+    kind: str | None
+    value: bytes = b""
+    second: bytes = b""
+    prefix_len: int = 0
+
+
+@dataclass(slots=True)
+class TableEntryData:
+    """The fields of a TableEntry that the server acts on, decoded from either path."""
+
+    table_id: int = 0
+    matches: list[MatchData] = field(default_factory=list)
+    has_action: bool = False
+    action_kind: str | None = None  # the TableAction oneof; None when unset
+    action_id: int = 0
+    params: list[tuple[int, bytes]] = field(default_factory=list)
+    priority: int = 0
+    controller_metadata: int = 0
+    metadata: bytes = b""
+    is_default_action: bool = False
+    is_const: bool = False
+    counter: tuple[int, int] | None = None  # (bytes, packets) when counter_data is set
+    has_meter: bool = False
+    idle_timeout_ns: int = 0
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    device_id: int = 0
+    election_id: int | None = None
+    role: str = ""
+    atomicity: int = 0
+    updates: list[bytes | p4runtime_pb2.Update] = field(default_factory=list)
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    byte = buf[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise NotFastPath("varint longer than 10 bytes")
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _signed32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >> 31 else value
+
+
+def _tag(buf: bytes, pos: int) -> tuple[int, int, int]:
+    key, pos = _varint(buf, pos)
+    return key >> 3, key & 7, pos
+
+
+def _check_end(pos: int, end: int) -> None:
+    """A varint that ran past its message's end means malformed input: protobuf decides."""
+    if pos != end:
+        raise NotFastPath("field runs past the end of its message")
+
+
+def _span(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Start and end of a length-delimited field whose length starts at ``pos``."""
+    length, pos = _varint(buf, pos)
+    stop = pos + length
+    if stop > end:
+        raise NotFastPath("length past the end of the message")
+    return pos, stop
+
+
+def decode_write_request(data: bytes) -> WriteBatch:
+    """Split a WriteRequest into its header and raw updates; protobuf when unusual."""
+    try:
+        return _decode_write_request(data)
+    except (NotFastPath, IndexError):
+        request = p4runtime_pb2.WriteRequest.FromString(data)
+        election = None
+        if request.HasField("election_id"):
+            election = (request.election_id.high << 64) | request.election_id.low
+        return WriteBatch(
+            request.device_id, election, request.role, request.atomicity, list(request.updates)
+        )
+
+
+def _decode_write_request(buf: bytes) -> WriteBatch:
+    batch = WriteBatch()
+    pos, end = 0, len(buf)
+    seen: set[int] = set()
+    while pos < end:
+        number, wire, pos = _tag(buf, pos)
+        if number == 4 and wire == _LENGTH_DELIMITED:
+            start, pos = _span(buf, pos, end)
+            batch.updates.append(buf[start:pos])
+            continue
+        if number in seen:
+            raise NotFastPath("repeated singular field")
+        seen.add(number)
+        if number == 1 and wire == _VARINT:
+            batch.device_id, pos = _varint(buf, pos)
+        elif number == 5 and wire == _VARINT:
+            batch.atomicity, pos = _varint(buf, pos)
+        elif number == 6 and wire == _LENGTH_DELIMITED:
+            start, pos = _span(buf, pos, end)
+            batch.role = buf[start:pos].decode("utf-8")
+        elif number == 3 and wire == _LENGTH_DELIMITED:
+            start, pos = _span(buf, pos, end)
+            batch.election_id = _decode_uint128(buf, start, pos)
+        else:
+            raise NotFastPath(f"WriteRequest field {number}")
+    _check_end(pos, end)
+    return batch
+
+
+def _decode_uint128(buf: bytes, pos: int, end: int) -> int:
+    high = low = 0
+    while pos < end:
+        number, wire, pos = _tag(buf, pos)
+        if wire != _VARINT or number not in (1, 2):
+            raise NotFastPath("Uint128 field")
+        value, pos = _varint(buf, pos)
+        if number == 1:
+            high = value
+        else:
+            low = value
+    _check_end(pos, end)
+    return (high << 64) | low
+
+
+def decode_table_update(buf: bytes) -> tuple[int, TableEntryData] | None:
+    """(update type, entry) for a table-entry Update, None to leave it to protobuf."""
+    try:
+        return _decode_table_update(buf)
+    except (NotFastPath, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _decode_table_update(buf: bytes) -> tuple[int, TableEntryData]:
+    update_type = 0
+    entity: tuple[int, int] | None = None
+    pos, end = 0, len(buf)
+    while pos < end:
+        number, wire, pos = _tag(buf, pos)
+        if number == 1 and wire == _VARINT:
+            update_type, pos = _varint(buf, pos)
+        elif number == 2 and wire == _LENGTH_DELIMITED and entity is None:
+            entity = _span(buf, pos, end)
+            pos = entity[1]
+        else:
+            raise NotFastPath(f"Update field {number}")
+    _check_end(pos, end)
+    if entity is None:
+        raise NotFastPath("no entity")
+    pos, end = entity
+    if pos == end:
+        raise NotFastPath("empty entity")
+    number, wire, pos = _tag(buf, pos)
+    if number != 2 or wire != _LENGTH_DELIMITED:
+        raise NotFastPath("not a table entry")
+    start, stop = _span(buf, pos, end)
+    if stop != end:
+        raise NotFastPath("more than one entity field")
+    return update_type, _decode_table_entry(buf, start, stop)
+
+
+def _decode_table_entry(buf: bytes, pos: int, end: int) -> TableEntryData:
+    # Hot path: tags and lengths below 128 (nearly all of them) are read inline.
+    entry = TableEntryData()
+    seen: set[int] = set()
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == _LENGTH_DELIMITED:
+            length = buf[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(buf, pos)
+            start, pos = pos, pos + length
+            if pos > end:
+                raise NotFastPath("length past the end of the message")
+            if number == 2:
+                entry.matches.append(_decode_field_match(buf, start, pos))
+                continue
+        if number in seen:
+            raise NotFastPath("repeated singular field")
+        seen.add(number)
+        if wire == _VARINT:
+            value, pos = _varint(buf, pos)
+            if number == 1:
+                entry.table_id = value
+            elif number == 4:
+                entry.priority = _signed32(value)
+            elif number == 5:
+                entry.controller_metadata = value
+            elif number == 8:
+                entry.is_default_action = bool(value)
+            elif number == 9:
+                entry.idle_timeout_ns = _signed64(value)
+            elif number == 13:
+                entry.is_const = bool(value)
+            else:
+                raise NotFastPath(f"TableEntry field {number}")
+        elif wire == _LENGTH_DELIMITED:
+            if number == 3:
+                _decode_table_action(buf, start, pos, entry)
+            elif number == 11:
+                entry.metadata = buf[start:pos]
+            elif number == 7:
+                entry.counter = _decode_counter_data(buf, start, pos)
+            elif number in (6, 12):
+                entry.has_meter = True
+            else:
+                raise NotFastPath(f"TableEntry field {number}")
+        else:
+            raise NotFastPath(f"wire type {wire}")
+    _check_end(pos, end)
+    return entry
+
+
+_MATCH_KINDS = {2: "exact", 3: "ternary", 4: "lpm", 6: "range", 7: "optional"}
+
+
+def _decode_field_match(buf: bytes, pos: int, end: int) -> MatchData:
+    # The common shape, ``field_id`` then an exact value of < 126 bytes, is read inline.
+    if end - pos >= 5 and buf[pos] == 0x08 and buf[pos + 1] < 0x80 and buf[pos + 2] == 0x12:
+        length = buf[pos + 3]
+        if buf[pos + 4] == 0x0A and length == buf[pos + 5] + 2 and pos + 4 + length == end:
+            return MatchData(buf[pos + 1], "exact", buf[pos + 6 : end])
+    match = MatchData(0, None)
+    seen_kind = False
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 1 and wire == _VARINT:
+            match.field_id, pos = _varint(buf, pos)
+        elif wire == _LENGTH_DELIMITED and number in _MATCH_KINDS and not seen_kind:
+            seen_kind = True
+            match.kind = _MATCH_KINDS[number]
+            start, pos = _span(buf, pos, end)
+            _decode_match_value(buf, start, pos, match)
+        else:
+            raise NotFastPath(f"FieldMatch field {number}")
+    _check_end(pos, end)
+    return match
+
+
+def _decode_match_value(buf: bytes, pos: int, end: int, match: MatchData) -> None:
+    lpm = match.kind == "lpm"
+    while pos < end:
+        key = buf[pos]
+        pos += 1
+        if key == 0x0A:  # field 1, length-delimited: the value (or low bound)
+            length = buf[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(buf, pos)
+            match.value = buf[pos : pos + length]
+            pos += length
+        elif key == 0x10 and lpm:  # field 2, varint: the prefix length
+            value, pos = _varint(buf, pos)
+            match.prefix_len = _signed32(value)
+        elif key == 0x12 and not lpm:  # field 2, length-delimited: mask (or high bound)
+            start, pos = _span(buf, pos, end)
+            match.second = buf[start:pos]
+        else:
+            raise NotFastPath(f"match value key {key}")
+    _check_end(pos, end)
+
+
+def _decode_table_action(buf: bytes, pos: int, end: int, entry: TableEntryData) -> None:
+    entry.has_action = True
+    if pos == end:
+        return  # set, but none of the oneof: the validator reports it
+    number, wire, pos = _tag(buf, pos)
+    if number != 1 or wire != _LENGTH_DELIMITED:
+        raise NotFastPath("TableAction other than a direct action")
+    start, stop = _span(buf, pos, end)
+    if stop != end:
+        raise NotFastPath("more than one TableAction field")
+    entry.action_kind = "action"
+    pos = start
+    while pos < stop:
+        key = buf[pos]
+        pos += 1
+        if key == 0x08:  # field 1, varint: action id
+            entry.action_id, pos = _varint(buf, pos)
+        elif key == 0x22:  # field 4, length-delimited: a parameter
+            param_start, pos = _span(buf, pos, stop)
+            entry.params.append(_decode_param(buf, param_start, pos))
+        else:
+            raise NotFastPath(f"Action key {key}")
+    _check_end(pos, stop)
+
+
+def _decode_param(buf: bytes, pos: int, end: int) -> tuple[int, bytes]:
+    param_id, value = 0, b""
+    while pos < end:
+        key = buf[pos]
+        pos += 1
+        if key == 0x10:  # field 2, varint: param id
+            param_id, pos = _varint(buf, pos)
+        elif key == 0x1A:  # field 3, length-delimited: the value
+            start, pos = _span(buf, pos, end)
+            value = buf[start:pos]
+        else:
+            raise NotFastPath(f"Param key {key}")
+    _check_end(pos, end)
+    return param_id, value
+
+
+def _decode_counter_data(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    byte_count = packet_count = 0
+    while pos < end:
+        number, wire, pos = _tag(buf, pos)
+        if wire != _VARINT or number not in (1, 2):
+            raise NotFastPath("CounterData field")
+        value, pos = _varint(buf, pos)
+        if number == 1:
+            byte_count = _signed64(value)
+        else:
+            packet_count = _signed64(value)
+    _check_end(pos, end)
+    return byte_count, packet_count
+
+
+def table_entry_data(entry: p4runtime_pb2.TableEntry) -> TableEntryData:
+    """The same structure from a parsed protobuf TableEntry (the general path)."""
+    matches = []
+    for field_match in entry.match:
+        kind = field_match.WhichOneof("field_match_type")
+        match = MatchData(field_match.field_id, kind)
+        if kind == "exact":
+            match.value = field_match.exact.value
+        elif kind == "lpm":
+            match.value, match.prefix_len = field_match.lpm.value, field_match.lpm.prefix_len
+        elif kind == "ternary":
+            match.value, match.second = field_match.ternary.value, field_match.ternary.mask
+        elif kind == "range":
+            match.value, match.second = field_match.range.low, field_match.range.high
+        elif kind == "optional":
+            match.value = field_match.optional.value
+        matches.append(match)
+    data = TableEntryData(
+        table_id=entry.table_id,
+        matches=matches,
+        priority=entry.priority,
+        controller_metadata=entry.controller_metadata,
+        metadata=entry.metadata,
+        is_default_action=entry.is_default_action,
+        is_const=entry.is_const,
+        has_meter=entry.HasField("meter_config") or entry.HasField("meter_counter_data"),
+        idle_timeout_ns=entry.idle_timeout_ns,
+    )
+    if entry.HasField("action"):
+        data.has_action = True
+        data.action_kind = entry.action.WhichOneof("type")
+        if data.action_kind == "action":
+            data.action_id = entry.action.action.action_id
+            data.params = [(p.param_id, p.value) for p in entry.action.action.params]
+    if entry.HasField("counter_data"):
+        data.counter = (entry.counter_data.byte_count, entry.counter_data.packet_count)
+    return data
