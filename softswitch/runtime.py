@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from p4.config.v1 import p4info_pb2
@@ -134,6 +134,9 @@ def entry_key(matches: Mapping[int, FieldMatch], priority: int) -> EntryKey:
     return frozenset(matches.items()), priority
 
 
+_NO_ENTRIES: dict[tuple[int, ...], TableEntry] = {}
+
+
 def _mask(width_bits: int) -> int:
     return (1 << width_bits) - 1
 
@@ -206,8 +209,18 @@ class TableState:
         self._exact: dict[tuple[int, ...], TableEntry] = {}
         self._lpm: dict[int, dict[tuple[int, ...], TableEntry]] = {}
         self._lpm_lengths: tuple[int, ...] = ()
+        self._lpm_masks: tuple[tuple[int, int], ...] = ()
         self._list: list[tuple[tuple[int, int], TableEntry, tuple[tuple[int, int, int], ...]]] = []
         self._sequence = 0
+        # The packet path calls ``lookup(key_values)``: the bound lookup of this
+        # table's structure (for exact tables the dict's own ``get``).
+        self.lookup: Callable[[tuple[int, ...]], TableEntry | None]
+        if self.mode == "exact":
+            self.lookup = self._exact.get
+        elif self.mode == "lpm":
+            self.lookup = self._lookup_lpm
+        else:
+            self.lookup = self._lookup_list
 
     # ---------------------------------------------------------------- validation
 
@@ -343,7 +356,7 @@ class TableState:
             if bucket is None:
                 bucket = {}
                 self._lpm[length] = bucket
-                self._lpm_lengths = tuple(sorted(self._lpm, reverse=True))
+                self._set_lpm_lengths()
             bucket[self._exact_tuple(entry.matches)] = entry
         else:
             self._sequence += 1
@@ -354,6 +367,12 @@ class TableState:
             bisect.insort(new_list, item, key=lambda it: it[0])
             self._list = new_list
 
+    def _set_lpm_lengths(self) -> None:
+        width = self.key_fields[self._lpm_index].bitwidth
+        lengths = tuple(sorted(self._lpm, reverse=True))
+        self._lpm_masks = tuple((n, _mask(width) ^ _mask(width - n)) for n in lengths)
+        self._lpm_lengths = lengths
+
     def _index_remove(self, entry: TableEntry) -> None:
         if self.mode == "exact":
             self._exact.pop(self._exact_tuple(entry.matches), None)
@@ -363,25 +382,30 @@ class TableState:
             bucket.pop(self._exact_tuple(entry.matches), None)
             if not bucket:
                 self._lpm.pop(length, None)
-                self._lpm_lengths = tuple(sorted(self._lpm, reverse=True))
+                self._set_lpm_lengths()
         else:
             self._list = [item for item in self._list if item[1] is not entry]
 
-    def lookup(self, key_values: tuple[int, ...]) -> TableEntry | None:
-        """The matching entry for the packet's key values, or None on a miss."""
-        if self.mode == "exact":
-            return self._exact.get(key_values)
-        if self.mode == "lpm":
-            index = self._lpm_index
-            width = self.key_fields[index].bitwidth
-            lpm_value = key_values[index]
-            for length in self._lpm_lengths:
-                masked = lpm_value & ~_mask(width - length)
-                probe = (*key_values[:index], masked, *key_values[index + 1 :])
-                hit = self._lpm[length].get(probe)
+    def _lookup_lpm(self, key_values: tuple[int, ...]) -> TableEntry | None:
+        # Masks and buckets are read once; a concurrent write swaps them whole.
+        buckets = self._lpm
+        if len(key_values) == 1:
+            (value,) = key_values
+            for length, mask in self._lpm_masks:
+                hit = buckets.get(length, _NO_ENTRIES).get((value & mask,))
                 if hit is not None:
                     return hit
             return None
+        index = self._lpm_index
+        lpm_value = key_values[index]
+        for length, mask in self._lpm_masks:
+            probe = (*key_values[:index], lpm_value & mask, *key_values[index + 1 :])
+            hit = buckets.get(length, _NO_ENTRIES).get(probe)
+            if hit is not None:
+                return hit
+        return None
+
+    def _lookup_list(self, key_values: tuple[int, ...]) -> TableEntry | None:
         for _order, entry, spec in self._list:
             for value, (kind, a, b) in zip(key_values, spec, strict=True):
                 if kind == 0:

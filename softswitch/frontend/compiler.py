@@ -40,7 +40,7 @@ from softswitch.frontend.types import (
 
 V1SWITCH_BLOCKS = ("parser", "verify_checksum", "ingress", "egress", "compute_checksum", "deparser")
 DROP_PORT = 511
-SUPPORTED_HASHES = ("crc32", "csum16", "identity")
+SUPPORTED_HASHES = ("crc16", "crc32", "csum16", "identity", "xor16")
 
 
 @dataclass
@@ -194,6 +194,7 @@ class ControlContext:
     param_codes: list[str]
     actions: dict[str, ActionInfo] = field(default_factory=dict)
     in_action: bool = False
+    uses_exit: bool = False
     sm_code: str = "_sm"
 
 
@@ -456,53 +457,138 @@ class Compiler:
         return ("H_" if isinstance(t, HeaderT) else "S_") + t.name
 
     def emit_type_class(self, t: HeaderT | StructT) -> None:
+        """A class per header/struct type.
+
+        Scalar fields are class attributes holding zero, so a new instance
+        costs one empty dict rather than one store per field; only nested
+        headers/structs are created in ``__init__``.
+        """
         self.header_types_emitted.add(t.name)
         out = self.out
-        slots: list[str] = []
-        init: list[str] = []
-        copy: list[str] = []
+        defaults: list[str] = []
+        nested: list[tuple[str, str]] = []
         if isinstance(t, HeaderT):
-            slots.append("_v")
-            init.append("self._v = False")
-            copy.append("c._v = self._v")
+            defaults.append("_v = False")
         for name, ft in t.fields:
-            slots.append(_py(name))
             if isinstance(ft, HeaderT | StructT):
                 if ft.name not in self.header_types_emitted:
                     raise CompileError(
                         self.type_locs.get(t.name), f"{t.name} uses {ft.name} before it is declared"
                     )
-                init.append(f"self.{_py(name)} = {self.class_name(ft)}()")
-                copy.append(f"c.{_py(name)} = self.{_py(name)}.copy()")
+                nested.append((_py(name), self.class_name(ft)))
             else:
-                init.append(f"self.{_py(name)} = {self.zero(ft)}")
-                copy.append(f"c.{_py(name)} = self.{_py(name)}")
+                defaults.append(f"{_py(name)} = {self.zero(ft)}")
             if isinstance(ft, Varbit):
-                slots.append("w_" + name)
-                init.append(f"self.w_{name} = 0")
-                copy.append(f"c.w_{name} = self.w_{name}")
+                defaults.append(f"w_{name} = 0")
         cls = self.class_name(t)
         out(f"class {cls}:")
         out.indent()
-        out(f"__slots__ = {tuple(slots)!r}")
-        out("def __init__(self):")
-        out.indent()
-        for line in init or ["pass"]:
+        for line in defaults:
             out(line)
-        out.dedent()
+        if nested:
+            out("def __init__(self):")
+            out.indent()
+            for attr, nested_cls in nested:
+                out(f"self.{attr} = {nested_cls}()")
+            out.dedent()
         out("def copy(self):")
         out.indent()
         out(f"c = {cls}.__new__({cls})")
-        for line in copy:
-            out(line)
+        out("c.__dict__.update(self.__dict__)")
+        for attr, _ in nested:
+            out(f"c.{attr} = self.{attr}.copy()")
         out("return c")
         out.dedent()
+        if not defaults and not nested:
+            out("pass")
         out.dedent()
 
     def zero(self, t: P4Type) -> str:
         if isinstance(t, Bool):
             return "False"
         return "0"
+
+    def emit_fixed_header_codec(self, t: HeaderT, too_short: int) -> None:
+        """Extract/emit through one precompiled ``struct.Struct``.
+
+        Fields are grouped into byte-aligned chunks; each chunk is read as
+        1/2/4/8-byte big-endian words, so field splitting works on small ints.
+        """
+        out = self.out
+        chunks: list[list[tuple[str, int]]] = []
+        current: list[tuple[str, int]] = []
+        bits = 0
+        for name, ft in t.fields:
+            assert isinstance(ft, Bits)
+            current.append((name, ft.width))
+            bits += ft.width
+            if bits % 8 == 0:
+                chunks.append(current)
+                current, bits = [], 0
+        formats: list[str] = []
+        # Per chunk: its word sizes in bytes (big-endian, most significant first).
+        chunk_words: list[list[int]] = []
+        for chunk in chunks:
+            remaining = sum(w for _, w in chunk) // 8
+            words: list[int] = []
+            for size in (8, 4, 2, 1):
+                while remaining >= size:
+                    words.append(size)
+                    remaining -= size
+            chunk_words.append(words)
+            formats.extend({8: "Q", 4: "I", 2: "H", 1: "B"}[size] for size in words)
+        struct_name = f"_ST_{t.name}"
+        out(f"{struct_name} = _Struct('!{''.join(formats)}')")
+        out(f"def x_{t.name}(h, pkt, off, plen):")
+        out.indent()
+        out(f"end = off + {t.fixed_bits // 8}")
+        out(f"if end > plen: raise _Reject({too_short})")
+        names = [f"c{i}" for i in range(len(formats))]
+        targets = ", ".join(names) + ("," if len(names) == 1 else "")
+        out(f"{targets} = {struct_name}.unpack_from(pkt, off)")
+        index = 0
+        for chunk, words in zip(chunks, chunk_words, strict=True):
+            parts = names[index : index + len(words)]
+            index += len(words)
+            value = parts[0]
+            if len(parts) > 1:
+                terms = []
+                shift = sum(words) * 8
+                for part, size in zip(parts, words, strict=True):
+                    shift -= size * 8
+                    terms.append(f"({part} << {shift})" if shift else part)
+                out(f"v = {' | '.join(terms)}")
+                value = "v"
+            shift = sum(w for _, w in chunk)
+            for name, width in chunk:
+                shift -= width
+                expr = f"{value} >> {shift}" if shift else value
+                if shift + width < sum(w for _, w in chunk):
+                    expr = f"({expr}) & {(1 << width) - 1}"
+                out(f"h.{_py(name)} = {expr}")
+        out("h._v = True")
+        out("return end")
+        out.dedent()
+        out(f"def e_{t.name}(h):")
+        out.indent()
+        args: list[str] = []
+        for number, (chunk, words) in enumerate(zip(chunks, chunk_words, strict=True)):
+            shift = sum(w for _, w in chunk)
+            terms = []
+            for name, width in chunk:
+                shift -= width
+                terms.append(f"(h.{_py(name)} << {shift})" if shift else f"h.{_py(name)}")
+            if len(words) == 1:
+                args.append(" | ".join(terms))
+                continue
+            out(f"v{number} = {' | '.join(terms)}")
+            shift = sum(words) * 8
+            for size in words:
+                shift -= size * 8
+                word = f"v{number} >> {shift}" if shift else f"v{number}"
+                args.append(f"({word}) & {(1 << (size * 8)) - 1}")
+        out(f"return {struct_name}.pack({', '.join(args)})")
+        out.dedent()
 
     def emit_header_codec(self, t: HeaderT) -> None:
         """``x_T(h, pkt, off, plen[, nbits]) -> new off`` and ``e_T(h) -> bytes``."""
@@ -512,35 +598,7 @@ class Compiler:
         nbytes = fixed // 8
         too_short = self.errors["PacketTooShort"]
         if varbit is None:
-            out(f"def x_{t.name}(h, pkt, off, plen):")
-            out.indent()
-            out(f"end = off + {nbytes}")
-            out(f"if end > plen: raise _Reject({too_short})")
-            out("v = int.from_bytes(pkt[off:end], 'big')")
-            shift = fixed
-            for name, ft in t.fields:
-                assert isinstance(ft, Bits)
-                shift -= ft.width
-                mask = (1 << ft.width) - 1
-                part = f"v >> {shift}" if shift else "v"
-                out(
-                    f"h.{_py(name)} = ({part}) & {mask}"
-                    if shift + ft.width < fixed
-                    else f"h.{_py(name)} = {part}"
-                )
-            out("h._v = True")
-            out("return end")
-            out.dedent()
-            out(f"def e_{t.name}(h):")
-            out.indent()
-            terms: list[str] = []
-            shift = fixed
-            for name, ft in t.fields:
-                assert isinstance(ft, Bits)
-                shift -= ft.width
-                terms.append(f"(h.{_py(name)} << {shift})" if shift else f"h.{_py(name)}")
-            out(f"return ({' | '.join(terms)}).to_bytes({nbytes}, 'big')")
-            out.dedent()
+            self.emit_fixed_header_codec(t, too_short)
             return
         vname, vtype = varbit
         bad_arg = self.errors["ParserInvalidArgument"]
@@ -637,6 +695,40 @@ class Compiler:
         out("_plen = len(_pkt)")
         for local in decl.locals:
             self.lower_local(local, scope, out)
+        # Checked and lowered as a state machine first; an acyclic parse graph
+        # is then lowered again as nested code (no dispatch loop per state).
+        machine = Emitter()
+        machine.depth = out.depth
+        self.out = machine
+        self.lower_state_machine(decl, scope, numbers)
+        self.out = out
+        inline = Emitter()
+        inline.depth = out.depth
+        if self.parse_graph_is_small_dag(states):
+            self.out = inline
+            out("try:")
+            inline.depth += 1
+            self.lower_state_inline(states["start"], states, scope)
+            self.out = out
+            out.lines.extend(inline.lines)
+        else:
+            out.lines.extend(machine.lines)
+        out("except _Reject as r:")
+        out.indent()
+        out("_sm.f_parser_error = r.code")
+        out("return _off")
+        out.dedent()
+        out.dedent()
+        self.ctx = None
+
+    def lower_state_machine(
+        self, decl: ast.ParserDecl, scope: Scope, numbers: dict[str, int]
+    ) -> None:
+        out = self.out
+
+        def goto(name: str, loc: SourceLocation) -> None:
+            out(self.state_target(name, loc, numbers))
+
         out(f"_st = {numbers['start']}")
         out("try:")
         out.indent()
@@ -648,17 +740,46 @@ class Compiler:
             state_scope = Scope({}, scope)
             for stmt in state.stmts:
                 self.lower_stmt(stmt, state_scope)
-            self.lower_transition(state, state_scope, numbers)
+            self.lower_transition(state, state_scope, goto)
             out.dedent()
         out.dedent()
         out.dedent()
-        out("except _Reject as r:")
-        out.indent()
-        out("_sm.f_parser_error = r.code")
-        out("return _off")
-        out.dedent()
-        out.dedent()
-        self.ctx = None
+
+    def parse_graph_is_small_dag(self, states: dict[str, ast.ParserState]) -> bool:
+        """True when inlining every path from start stays small and loop-free."""
+        budget = [64]
+
+        def visit(name: str, path: tuple[str, ...]) -> bool:
+            if name in ("accept", "reject"):
+                return True
+            if name in path:
+                return False
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            tr = states[name].transition
+            if tr is None:
+                return True
+            targets = [tr.target] if tr.target is not None else [t for _, t, _ in tr.cases]
+            return all(visit(t, (*path, name)) for t in targets)
+
+        return visit("start", ())
+
+    def lower_state_inline(
+        self, state: ast.ParserState, states: dict[str, ast.ParserState], scope: Scope
+    ) -> None:
+        def goto(name: str, loc: SourceLocation) -> None:
+            if name == "accept":
+                self.out("return _off")
+            elif name == "reject":
+                self.out(f"raise _Reject({self.errors['NoError']})")
+            else:
+                self.lower_state_inline(states[name], states, scope)
+
+        state_scope = Scope({}, scope)
+        for stmt in state.stmts:
+            self.lower_stmt(stmt, state_scope)
+        self.lower_transition(state, state_scope, goto)
 
     def state_target(self, name: str, loc: SourceLocation, numbers: dict[str, int]) -> str:
         if name == "accept":
@@ -670,7 +791,7 @@ class Compiler:
         return f"_st = {numbers[name]}; continue"
 
     def lower_transition(
-        self, state: ast.ParserState, scope: Scope, numbers: dict[str, int]
+        self, state: ast.ParserState, scope: Scope, goto: Callable[[str, SourceLocation], None]
     ) -> None:
         out = self.out
         tr = state.transition
@@ -678,7 +799,7 @@ class Compiler:
             out(f"raise _Reject({self.errors['NoError']})")
             return
         if tr.target is not None:
-            out(self.state_target(tr.target, tr.loc, numbers))
+            goto(tr.target, tr.loc)
             return
         keys = [self.lower_expr(e, scope) for e in tr.select_on]
         key_names: list[str] = []
@@ -709,7 +830,7 @@ class Compiler:
                 has_default = True
             out(("if " if first else "elif ") + cond + ":")
             out.indent()
-            out(self.state_target(target, loc, numbers))
+            goto(target, loc)
             out.dedent()
             first = False
             if has_default:
@@ -817,8 +938,20 @@ class Compiler:
             out.lines.extend(control_locals.lines)
         else:
             out("_cl = None")
-        apply_scope = Scope({}, scope)
-        self.lower_block(decl.apply, apply_scope)
+        body = Emitter()
+        body.depth = out.depth + 1
+        self.out = body
+        self.lower_block(decl.apply, Scope({}, scope))
+        self.out = out
+        if ctx.uses_exit:
+            # P4 exit leaves the whole control, also from inside an action.
+            out("try:")
+            out.lines.extend(body.lines)
+            out("except _Exit:")
+            out("    pass")
+        else:
+            body.depth = out.depth
+            out.lines.extend(line[4:] for line in body.lines)
         out("return")
         out.dedent()
         self.ctx = None
@@ -1258,6 +1391,7 @@ class Compiler:
         elif isinstance(stmt, ast.Exit):
             if self.ctx.kind == "parser":
                 raise CompileError(stmt.loc, "exit is not allowed in a parser")
+            self.ctx.uses_exit = True
             out("raise _Exit()")
         elif isinstance(stmt, ast.Switch):
             self.lower_switch(stmt, scope)
@@ -1793,22 +1927,15 @@ class Compiler:
         """Code for ``(value, nbits)`` of a field list, skipping invalid headers' fields."""
         if not isinstance(expr, ast.ListExpr):
             raise CompileError(expr.loc, "checksum/hash data must be a list { a, b, ... }")
-        steps: list[tuple[str | None, str]] = []
+        # Per item: (header validity guard, width code or int, value code).
+        items: list[tuple[str | None, str | int, str]] = []
         for item in expr.items:
             value = self.lower_expr(item, scope)
             if isinstance(value.type, Varbit):
                 base, name = value.code.rsplit(".", 1)
-                width = f"{base}.w_{name[2:]}"
-                steps.append(
-                    (value.header_root, f"_d = (_d << {width}) | {value.code}; _n += {width}")
-                )
+                items.append((value.header_root, f"{base}.w_{name[2:]}", value.code))
             elif isinstance(value.type, Bits):
-                steps.append(
-                    (
-                        value.header_root,
-                        f"_d = (_d << {value.type.width}) | {value.code}; _n += {value.type.width}",
-                    )
-                )
+                items.append((value.header_root, value.type.width, value.code))
             elif isinstance(value.type, HeaderT):
                 raise CompileError(item.loc, "list whole headers field by field")
             else:
@@ -1817,8 +1944,31 @@ class Compiler:
                     f"checksum/hash data must be bit<W> or varbit fields, not {value.type}",
                 )
         lines = ["_d = 0; _n = 0"]
-        for root, group in itertools.groupby(steps, key=lambda s: s[0]):
-            codes = [c for _, c in group]
+        for root, group in itertools.groupby(items, key=lambda s: s[0]):
+            members = list(group)
+            # One expression per run of fixed-width fields: (_d << total) | (a << ..) | b
+            codes: list[str] = []
+            run: list[tuple[int, str]] = []
+
+            def flush(run: list[tuple[int, str]] = run, codes: list[str] = codes) -> None:
+                if not run:
+                    return
+                total = sum(w for w, _ in run)
+                shift = total
+                terms = [f"(_d << {total})"]
+                for width, code in run:
+                    shift -= width
+                    terms.append(f"({code} << {shift})" if shift else code)
+                codes.append(f"_d = {' | '.join(terms)}; _n += {total}")
+                run.clear()
+
+            for _root, width, code in members:
+                if isinstance(width, int):
+                    run.append((width, code))
+                else:
+                    flush()
+                    codes.append(f"_d = (_d << {width}) | {code}; _n += {width}")
+            flush()
             if root is None:
                 lines.extend(codes)
             else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -90,8 +89,7 @@ class Pipeline:
         try:
             offset = self._parser(sm, packet, hdr, meta, sm)
             self._verify(sm, hdr, meta)
-            with contextlib.suppress(helpers._Exit):
-                self._ingress(sm, hdr, meta, sm)
+            self._ingress(sm, hdr, meta, sm)
         except Exception:
             self.internal_errors += 1
             return []
@@ -106,15 +104,14 @@ class Pipeline:
         """Egress control, checksum update and deparser; None when dropped."""
         hdr, meta, sm, packet, offset = queued.state
         sm.f_egress_port = queued.egress_port
-        sm.f_enq_qdepth = enq_qdepth & 0x7FFFF
-        sm.f_deq_qdepth = enq_qdepth & 0x7FFFF
+        if enq_qdepth:
+            sm.f_enq_qdepth = sm.f_deq_qdepth = enq_qdepth & 0x7FFFF
+        out: list[bytes] = []
         try:
-            with contextlib.suppress(helpers._Exit):
-                self._egress(sm, hdr, meta, sm)
+            self._egress(sm, hdr, meta, sm)
             if sm.f_egress_spec == DROP_PORT:
                 return None
             self._compute(sm, hdr, meta)
-            out: list[bytes] = []
             self._deparser(sm, out, hdr)
         except Exception:
             self.internal_errors += 1

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import random
-import sys
+import struct
 import zlib
-from array import array
 
 from softswitch.runtime import CounterData
 
@@ -25,9 +24,6 @@ class _Locals:
     """Control-level variables of one control invocation."""
 
 
-_LITTLE_ENDIAN = sys.byteorder == "little"
-
-
 def _to_bytes(value: int, nbits: int) -> bytes:
     """Bits left-aligned in whole bytes, the last byte zero-padded (BMv2's field lists)."""
     pad = -nbits % 8
@@ -35,26 +31,58 @@ def _to_bytes(value: int, nbits: int) -> bytes:
 
 
 def _hash_csum16(value: int, nbits: int) -> int:
-    """Internet checksum (RFC 1071) of the bits, an odd trailing byte padded with zero."""
-    data = _to_bytes(value, nbits)
-    if len(data) & 1:
-        data += b"\0"
-    # One's-complement sums are byte-order independent: sum native words, swap once.
-    total = sum(array("H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    total = ~total & 0xFFFF
-    if _LITTLE_ENDIAN:
-        total = ((total & 0xFF) << 8) | (total >> 8)
-    return total
+    """Internet checksum (RFC 1071) of the bits, zero-padded to whole 16-bit words.
+
+    The one's-complement sum of the 16-bit words of V equals V mod 0xFFFF
+    (2**16 = 1 mod 0xFFFF), except that a non-zero V whose sum folds to
+    0xFFFF gives 0 here; one big-int modulo replaces a loop over words.
+    """
+    padded = value << (-nbits % 16)
+    remainder = padded % 0xFFFF
+    if remainder == 0:
+        return 0 if padded else 0xFFFF
+    return 0xFFFF - remainder
 
 
 def _hash_crc32(value: int, nbits: int) -> int:
     return zlib.crc32(_to_bytes(value, nbits))
 
 
+def _crc16_table() -> list[int]:
+    """CRC-16/ARC (polynomial 0x8005 reflected, init 0), BMv2's ``crc16``."""
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC16_TABLE = _crc16_table()
+
+
+def _hash_crc16(value: int, nbits: int) -> int:
+    crc = 0
+    for byte in _to_bytes(value, nbits):
+        crc = (crc >> 8) ^ _CRC16_TABLE[(crc ^ byte) & 0xFF]
+    return crc
+
+
 def _hash_identity(value: int, nbits: int) -> int:
-    return value
+    """BMv2's ``identity``: the first (at most) eight bytes of the data."""
+    data = _to_bytes(value, nbits)[:8]
+    return int.from_bytes(data, "big")
+
+
+def _hash_xor16(value: int, nbits: int) -> int:
+    data = _to_bytes(value, nbits)
+    if len(data) & 1:
+        data += b"\0"
+    result = 0
+    for index in range(0, len(data), 2):
+        result ^= (data[index] << 8) | data[index + 1]
+    return result
 
 
 def _hash_result(hashed: int, base: int, max_value: int) -> int:
@@ -102,12 +130,15 @@ _PACKET_TOO_SHORT = 1
 _PARSER_INVALID_ARGUMENT = 6
 
 HELPERS = {
+    "_Struct": struct.Struct,
     "_Reject": _Reject,
     "_Exit": _Exit,
     "_Locals": _Locals,
     "_hash_csum16": _hash_csum16,
     "_hash_crc32": _hash_crc32,
     "_hash_identity": _hash_identity,
+    "_hash_crc16": _hash_crc16,
+    "_hash_xor16": _hash_xor16,
     "_hash_result": _hash_result,
     "_lookahead": _lookahead,
     "_advance": _advance,
