@@ -46,6 +46,7 @@ from control.entries import (
     from_table_entry,
     plan_classes,
     plan_writes,
+    resolve_layout,
 )
 from control.errors import UserError
 from control.events import (
@@ -66,6 +67,7 @@ from control.events import (
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
 from control.p4runtime_client import (
     NotPrimaryError,
+    P4NameError,
     P4Names,
     P4RuntimeClient,
     P4RuntimeError,
@@ -495,6 +497,9 @@ class ControllerConfig:
     """Where accepted events are kept for a restart; ``None``: not kept."""
 
 
+PHASES = ("snapshot", "rank", "plan", "diff", "encode", "rpc")
+
+
 @dataclass(frozen=True, slots=True)
 class Reaction:
     """What one event cost: writes per kind and the wall time until all were acknowledged."""
@@ -536,15 +541,22 @@ class Controller(EventHandler):
         self._stage_memory: dict[StageKey, int] = {}
         self.events_applied = 0
         self.last_reaction: Reaction | None = None
+        self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        """Cumulative seconds per phase of rescheduling (for benchmarks and status)."""
         self.sessions: dict[str, SwitchSession] = {}
         routes = topology.routes()
+        self.layout = config.layout
         for spec in topology.switches:
             target: Target = spec.target or config.default_target
             if target not in config.artifacts:
                 raise EventError(f"switch {spec.name}: no pipeline given for target {target}")
             artifacts = config.artifacts[target]
             names = P4Names.build(artifacts.p4info)
-            forwarding = canonical_map(forwarding_entries(config.layout, routes[spec.name]), names)
+            try:
+                self.layout = resolve_layout(config.layout, names)
+            except P4NameError as error:
+                raise UserError(f"switch {spec.name}: the pipeline does not fit: {error}") from None
+            forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
@@ -640,19 +652,25 @@ class Controller(EventHandler):
 
     def _replan(self) -> None:
         """Rank the active coflows, map them onto classes, and plan the class entries."""
+        phase = self.phase_s
+        started = time.perf_counter()
         snapshot = self.state.snapshot(self.now_s())
+        ranked_at = time.perf_counter()
+        phase["snapshot"] += ranked_at - started
         if snapshot.coflows:
             ranking = self.policy.rank(snapshot)
             self.ranked = list(self.assign_classes(ranking, self.config.queues))
         else:
             self.ranked = []
+        planned_at = time.perf_counter()
+        phase["rank"] += planned_at - ranked_at
         idle = {
             stage: self._stage_memory[stage]
             for stage in self.state.running_stages()
             if stage in self._stage_memory
         }
         names = next(iter(self.sessions.values())).names
-        layout = self.config.layout
+        layout = self.layout
         self.plan = plan_classes(
             self.ranked,
             layout,
@@ -661,6 +679,7 @@ class Controller(EventHandler):
             idle_stage_classes=idle,
         )
         self._stage_memory.update(self.plan.stage_classes)
+        phase["plan"] += time.perf_counter() - planned_at
 
     def _reschedule(self) -> tuple[int, int, int, int]:
         """Re-plan and bring every ready switch to the plan; returns write counts."""
@@ -674,11 +693,11 @@ class Controller(EventHandler):
 
     def desired(self, session: SwitchSession) -> EntryMap:
         wanted = dict(session.forwarding)
-        wanted.update(canonical_map(self.plan.entries, session.names))
+        wanted.update(self.plan.entries)
         return wanted
 
     def _managed_tables(self, session: SwitchSession) -> set[str]:
-        layout = self.config.layout
+        layout = self.layout
         return {
             session.names.table(name).name
             for name in (layout.forward_table, layout.stage_table, layout.coflow_table)
@@ -687,7 +706,9 @@ class Controller(EventHandler):
     def _sync(self, session: SwitchSession) -> tuple[int, int, int, int]:
         """Write the difference between desired and installed; on failure, mark the switch
         for reconciliation (read back, then diff again) by the supervisor."""
+        started = time.perf_counter()
         changes = diff(self.desired(session), session.installed)
+        self.phase_s["diff"] += time.perf_counter() - started
         if changes.empty:
             return 0, 0, 0, 0
         names = session.names
@@ -700,9 +721,14 @@ class Controller(EventHandler):
         assert client is not None
         try:
             for step in plan_writes(changes, installed_count, table_size):
-                for batch in batches(step, names):
+                encode_start = time.perf_counter()
+                rpc_batches = batches(step, names)
+                rpc_start = time.perf_counter()
+                self.phase_s["encode"] += rpc_start - encode_start
+                for batch in rpc_batches:
                     client.write(batch)
                     rpcs += 1
+                self.phase_s["rpc"] += time.perf_counter() - rpc_start
                 for kind, key, action in step.updates:
                     if kind == p4runtime_pb2.Update.DELETE:
                         session.installed.pop(key, None)
@@ -848,7 +874,7 @@ class Controller(EventHandler):
     def _read_stage_bytes(self, session: SwitchSession) -> dict[StageKey, int]:
         """Bytes counted per stage entry (direct counter of the stage table)."""
         assert session.client is not None
-        layout = self.config.layout
+        layout = self.layout
         table = session.names.table(layout.stage_table)
         if table.direct_counter_id is None:
             return {}

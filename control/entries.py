@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from p4.v1 import p4runtime_pb2
@@ -127,6 +127,34 @@ class PipelineLayout:
     )
     coflow_action: str = "MyIngress.set_class"
     class_param: str = "class_id"
+
+
+def resolve_layout(layout: PipelineLayout, names: P4Names) -> PipelineLayout:
+    """The layout with full P4Info names, so planned entries compare with read-back ones
+    without per-entry name resolution. Raises ``P4NameError`` for a name not in the P4Info."""
+    for table, fields in (
+        (layout.stage_table, layout.stage_fields),
+        (layout.coflow_table, layout.coflow_fields),
+    ):
+        for field_name in fields.values():
+            names.table(table).match_field(field_name)
+    names.table(layout.forward_table).match_field(layout.forward_dst_field)
+    for action, param in (
+        (layout.stage_action, layout.class_param),
+        (layout.coflow_action, layout.class_param),
+        (layout.forward_action, layout.forward_mac_param),
+        (layout.forward_action, layout.forward_port_param),
+    ):
+        names.action(action).param(param)
+    return replace(
+        layout,
+        forward_table=names.table(layout.forward_table).name,
+        forward_action=names.action(layout.forward_action).name,
+        stage_table=names.table(layout.stage_table).name,
+        stage_action=names.action(layout.stage_action).name,
+        coflow_table=names.table(layout.coflow_table).name,
+        coflow_action=names.action(layout.coflow_action).name,
+    )
 
 
 def coflow_tag(key: CoflowKey) -> int:

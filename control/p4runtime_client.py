@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -180,7 +180,7 @@ class P4Names:
             names._aliases[kind] = aliases
         return names
 
-    def _resolve(self, kind: str, name: str, known: dict[str, object]) -> str:
+    def _resolve(self, kind: str, name: str, known: Mapping[str, object]) -> str:
         if name in known:
             return name
         full = self._aliases[kind].get(name)
@@ -190,13 +190,13 @@ class P4Names:
         return full
 
     def table(self, name: str) -> TableRef:
-        return self.tables[self._resolve("table", name, dict(self.tables))]
+        return self.tables[self._resolve("table", name, self.tables)]
 
     def action(self, name: str) -> ActionRef:
-        return self.actions[self._resolve("action", name, dict(self.actions))]
+        return self.actions[self._resolve("action", name, self.actions)]
 
     def counter(self, name: str) -> CounterRef:
-        return self.counters[self._resolve("counter", name, dict(self.counters))]
+        return self.counters[self._resolve("counter", name, self.counters)]
 
     def has_table(self, name: str) -> bool:
         try:
