@@ -11,7 +11,13 @@ from control.errors import UserError
 
 # Each module defines ``register(subparsers)``, which adds its sub-commands and
 # sets ``func`` (args -> exit status) on them.
-COMMAND_MODULES: tuple[str, ...] = ("workloads.cli",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "softswitch.switch_cli",
+    "workloads.cli",
+    "control.controller_cli",
+    "bmv2_topos.cli",
+    "softswitch.compile_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

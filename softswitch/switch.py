@@ -149,6 +149,8 @@ class Switch:
         self._stopping = threading.Event()
         self._wake_read_fd, self._wake_write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._closed = False
+        self.failure: BaseException | None = None
+        """Set when the pipeline thread died of an unexpected error (the thread has ended)."""
 
     # -- ports ---------------------------------------------------------------------
 
@@ -182,13 +184,11 @@ class Switch:
 
     # -- pipeline ------------------------------------------------------------------
 
-    def load_pipeline(self, program: CompiledProgram) -> Pipeline:
+    def load_pipeline(self, program: CompiledProgram) -> None:
         """Build an executable pipeline from a compiled program and swap it in."""
         from softswitch.pipeline import Pipeline
 
-        pipeline = Pipeline(program)
-        self.set_pipeline(pipeline)
-        return pipeline
+        self.set_pipeline(Pipeline(program))
 
     def set_pipeline(self, pipeline: PacketPipeline | None) -> None:
         """Swap the program; packets queued under the old one are discarded, as on BMv2."""
@@ -198,16 +198,10 @@ class Switch:
         self._wake()
 
     @property
-    def pipeline(self) -> Pipeline:
-        """The loaded pipeline; program its tables through ``.runtime``."""
-        pipeline = self._pipeline
-        if pipeline is None:
-            raise RuntimeError("no P4 program loaded (load_pipeline first)")
-        return pipeline  # type: ignore[return-value]
-
-    @property
-    def has_pipeline(self) -> bool:
-        return self._pipeline is not None
+    def pipeline(self) -> Pipeline | None:
+        """The loaded pipeline (None before any); program its tables through ``.runtime``."""
+        # Anything set_pipeline accepted; only tests install pipelines other than Pipeline.
+        return self._pipeline  # type: ignore[return-value]
 
     # -- queue configuration (simple_switch_CLI's set_queue_rate / set_queue_depth) -
 
@@ -362,7 +356,8 @@ class Switch:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        """True while the pipeline thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop the pipeline thread (idempotent); ports stay open until :meth:`close`."""
@@ -413,9 +408,10 @@ class Switch:
             log.info("switch running on %d port(s)", len(self.ports))
             try:
                 self._serve_loop(poller, readable)
-            except Exception:
+            except Exception as error:
+                # Reported through .failure; whoever runs the switch decides what to do.
+                self.failure = error
                 log.exception("switch loop failed")
-                raise
             finally:
                 log.info("switch loop stopped")
 

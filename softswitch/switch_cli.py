@@ -1,0 +1,237 @@
+"""``beamer switch``: run the embedded P4 target on Linux interfaces.
+
+Options follow simple_switch_grpc's names so that launch scripts read the same:
+``beamer switch -i 0@veth0 -i 1@veth1 --priority-queues 8 --device-id 0
+--grpc-server-addr 127.0.0.1:9559 build/beamer.p4.device.json``. The program is
+either a device config written by ``beamer compile`` (or a ``.p4`` file,
+compiled on start), or ``--no-p4``: then every packet is dropped until a
+controller pushes a pipeline over P4Runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from control.errors import UserError
+from softswitch.ports import InterfaceSpec, parse_interface_spec
+from softswitch.switch import Switch
+from softswitch.traffic_manager import DEFAULT_PRIORITY_QUEUES, DEFAULT_QUEUE_DEPTH_PACKETS
+
+if TYPE_CHECKING:
+    from softswitch.frontend import CompiledProgram
+
+log = logging.getLogger("beamer.switch")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+HEALTH_CHECK_S = 0.5
+
+
+class Server(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "switch",
+        help="run the embedded P4 target on Linux interfaces",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-i",
+        "--interface",
+        dest="interfaces",
+        action="append",
+        default=[],
+        metavar="PORT@IFACE",
+        help="attach interface IFACE as port PORT (repeat for each port)",
+    )
+    parser.add_argument(
+        "--priority-queues",
+        type=_int_in(1, 8),
+        default=DEFAULT_PRIORITY_QUEUES,
+        metavar="N",
+        help=f"strict-priority queues per port, queue 0 lowest (default {DEFAULT_PRIORITY_QUEUES};"
+        " simple_switch's default is 1)",
+    )
+    parser.add_argument("--device-id", type=_int_in(0, 2**64 - 1), default=0, metavar="N")
+    parser.add_argument(
+        "--grpc-server-addr",
+        metavar="HOST:PORT",
+        help="serve P4Runtime on this address (e.g. 127.0.0.1:9559); none without it",
+    )
+    rate = parser.add_mutually_exclusive_group()
+    rate.add_argument(
+        "--queue-rate-pps",
+        type=_positive_float(),
+        metavar="R",
+        help="line rate of every port in packets/s (default: unlimited)",
+    )
+    rate.add_argument(
+        "--queue-rate-bps",
+        type=_positive_float(),
+        metavar="R",
+        help="line rate of every port in bits/s (default: unlimited)",
+    )
+    parser.add_argument(
+        "--queue-depth",
+        type=_int_in(1, 1_000_000),
+        default=DEFAULT_QUEUE_DEPTH_PACKETS,
+        metavar="PACKETS",
+        help=f"depth of each queue in packets (default {DEFAULT_QUEUE_DEPTH_PACKETS})",
+    )
+    parser.add_argument(
+        "--per-queue-shaping",
+        action="store_true",
+        help="shape each priority queue at the rate on its own, as BMv2 does, instead of"
+        " draining all queues of a port at one line rate",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    program = parser.add_mutually_exclusive_group(required=True)
+    program.add_argument(
+        "--no-p4", action="store_true", help="start without a program (push one over P4Runtime)"
+    )
+    program.add_argument(
+        "config",
+        nargs="?",
+        type=Path,
+        metavar="CONFIG",
+        help="device config from `beamer compile` (or a .p4 source file)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _int_in(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _positive_float() -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+        return value
+
+    return parse
+
+
+def load_program(path: Path) -> CompiledProgram:
+    """A device config from ``beamer compile``, or P4 source compiled on the spot."""
+    from softswitch.frontend import CompiledProgram, compile_file
+
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    if path.suffix == ".p4":
+        return compile_file(path)
+    try:
+        return CompiledProgram.from_device_config(path.read_bytes())
+    except UserError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(
+            f"{path}: not a device config written by `beamer compile`: {error}"
+        ) from None
+
+
+def check_interfaces(specs: list[InterfaceSpec]) -> None:
+    ports: dict[int, str] = {}
+    interfaces: dict[str, int] = {}
+    for spec in specs:
+        if spec.port in ports:
+            raise UserError(
+                f"-i {spec.port}@{spec.interface}: port {spec.port} is already {ports[spec.port]}"
+            )
+        if spec.interface in interfaces:
+            raise UserError(
+                f"-i {spec.port}@{spec.interface}: {spec.interface} is already "
+                f"port {interfaces[spec.interface]}"
+            )
+        ports[spec.port] = spec.interface
+        interfaces[spec.interface] = spec.port
+
+
+def start_p4runtime_server(switch: Switch, device_id: int, addr: str) -> Server:
+    try:
+        from softswitch.p4runtime_server import P4RuntimeServer
+    except ModuleNotFoundError as error:
+        if error.name != "softswitch.p4runtime_server":
+            raise
+        raise UserError("--grpc-server-addr: the P4Runtime server is not available yet") from None
+    server: Server = P4RuntimeServer(switch, device_id, addr)
+    server.start()
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    specs = [parse_interface_spec(text) for text in args.interfaces]
+    check_interfaces(specs)
+    program = None if args.no_p4 else load_program(args.config)
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("%s received, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = False
+    switch = Switch(
+        priority_queues=args.priority_queues,
+        queue_depth_packets=args.queue_depth,
+        per_queue_shaping=args.per_queue_shaping,
+        device_id=args.device_id,
+    )
+    server: Server | None = None
+    try:
+        for spec in specs:
+            switch.add_interface(spec.port, spec.interface)
+        if args.queue_rate_pps is not None or args.queue_rate_bps is not None:
+            switch.set_queue_rate(rate_pps=args.queue_rate_pps, rate_bps=args.queue_rate_bps)
+        if program is not None:
+            switch.load_pipeline(program)
+        switch.start()
+        started = True
+        if args.grpc_server_addr:
+            server = start_p4runtime_server(switch, args.device_id, args.grpc_server_addr)
+        log.info(
+            "ready: ports %s, %d queues per port, program %s, P4Runtime %s",
+            ", ".join(f"{s.port}@{s.interface}" for s in specs) or "none",
+            args.priority_queues,
+            "none (--no-p4)" if program is None else args.config,
+            args.grpc_server_addr or "off",
+        )
+        while not stop.wait(HEALTH_CHECK_S):
+            if switch.failure is not None:
+                log.error("the pipeline thread failed: %s", switch.failure)
+                return 1
+        return 0
+    finally:
+        if server is not None:
+            server.stop()
+        switch.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if started:
+            log.info("stopped; counters: %s", switch.counters)
