@@ -26,9 +26,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bmv2_topos import netns
+from control.events import ControllerUnreachable as ControllerGone
 from control.model import Experiment, Stage, TrialStage
 
 TAG_TYPE = 0x9E
@@ -101,6 +102,53 @@ class NoController:
 
     def stage_completed(self, experiment_id: int, stage_id: int) -> object:
         return None
+
+
+class ControllerOptional:
+    """Forwards events to ``sink``; once the controller is gone, carries on without it.
+
+    The switches keep the classes last installed, so training traffic goes on
+    (a real cluster must not stop because its scheduler did). Coflows started
+    afterwards get the convention's ids; the stage-level entries still match them.
+    """
+
+    def __init__(self, sink: EventSink, on_lost: Callable[[str], None] | None = None) -> None:
+        self.sink = sink
+        self.lost: str | None = None
+        self._on_lost = on_lost
+        self._fallback = NoController()
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self.lost is None:
+            try:
+                return getattr(self.sink, name)(*args)
+            except ControllerGone as error:
+                self.lost = str(error)
+                if self._on_lost is not None:
+                    self._on_lost(self.lost)
+        return getattr(self._fallback, name)(*args)
+
+    def experiment_released(self, experiment: Experiment) -> object:
+        return self._call("experiment_released", experiment)
+
+    def stage_released(self, experiment_id: int, stage_id: int) -> object:
+        return self._call("stage_released", experiment_id, stage_id)
+
+    def trial_started(self, experiment_id: int, stage_id: int, trial_id: int) -> object:
+        return self._call("trial_started", experiment_id, stage_id, trial_id)
+
+    def coflow_started(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> int:
+        return int(self._call("coflow_started", experiment_id, stage_id, trial_id, iteration))
+
+    def coflow_finished(
+        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
+    ) -> object:
+        return self._call("coflow_finished", experiment_id, stage_id, trial_id, iteration)
+
+    def stage_completed(self, experiment_id: int, stage_id: int) -> object:
+        return self._call("stage_completed", experiment_id, stage_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bmv2_topos.agent import EventSink, HostAddress, RunRecord, StageRecord, run_workload
+from bmv2_topos.agent import (
+    ControllerOptional,
+    EventSink,
+    HostAddress,
+    RunRecord,
+    StageRecord,
+    run_workload,
+)
 from bmv2_topos.launcher import EmulatedNetwork, TargetName
 from control.errors import UserError
 from control.model import Experiment, Stage, Workload
@@ -59,6 +66,7 @@ class RunResult:
     wall_s: float
     predicted_avg_sct_s: float | None = None
     coflows: int = 0
+    controller_lost: bool = False
 
     @property
     def scts_s(self) -> list[float]:
@@ -245,15 +253,16 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
         deadline = time.monotonic() + RUN_TIMEOUT_S
 
         def watchdog() -> None:
-            network.check_processes()
+            network.check_processes(controller_required=False)
             if time.monotonic() > deadline:
                 raise UserError(
                     f"emulation of {policy} (seed {seed}) did not finish in {RUN_TIMEOUT_S:g} s"
                 )
 
         with EventClient(str(network.events_socket)) as client:
-            sink: EventSink = client
+            sink = ControllerOptional(client, on_lost=_warn_controller_lost)
             record = execute(hosts, workload.experiments, sink, watchdog)
+        controller_lost = sink.lost is not None or network.controller_exited()
     return RunResult(
         key=RunKey(policy, seed),
         stages=record.stages,
@@ -261,7 +270,12 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
         wall_s=time.monotonic() - started,
         predicted_avg_sct_s=predicted_avg_sct_s(workload, policy, options.queues),
         coflows=len(record.coflows),
+        controller_lost=controller_lost,
     )
+
+
+def _warn_controller_lost(reason: str) -> None:
+    _stderr(f"emulate: warning: {reason}; traffic continues with the installed classes")
 
 
 def execute(

@@ -106,6 +106,8 @@ class EmulatedNetwork:
     queues: int = 8
     p4_source: Path = DEFAULT_P4
     queue_depth_packets: int | None = None
+    mtu_bytes: int = 9000
+    """Jumbo frames, as GPU clusters use: a sixth of the packets a 1500-byte MTU needs."""
     bmv2_json: Path | None = None
     p4info: Path | None = None
     """p4c's outputs, which the controller pushes to BMv2 switches."""
@@ -220,13 +222,14 @@ class EmulatedNetwork:
             )
             offloads.extend(ends)
             fabric_lines += [
-                f"link set {end.interface} up"
+                f"link set {end.interface} mtu {self.mtu_bytes} up"
                 for end in ends
                 if end.namespace == self.fabric_namespace
             ]
         for host in topology.hosts:
             lines = [
                 f"link set eth0 address {host.mac}",
+                f"link set eth0 mtu {self.mtu_bytes}",
                 f"addr add {host.interface} dev eth0",
                 "link set eth0 up",
                 # Every peer is on-link: the switches route by IP and rewrite the
@@ -430,14 +433,23 @@ class EmulatedNetwork:
                 raise EmulationFailed(f"controller not ready: {problem}")
             time.sleep(0.2)
 
-    def check_processes(self) -> None:
-        """Raise :class:`EmulationFailed` naming the first switch/controller that exited."""
+    def check_processes(self, controller_required: bool = True) -> None:
+        """Raise :class:`EmulationFailed` naming the first switch (or controller) that exited.
+
+        During the workload the controller is optional: the switches keep the
+        classes it installed, so a run survives its loss (``controller_required``
+        False) and only a dead switch ends it.
+        """
         for process in self.processes.values():
             status = process.popen.poll()
-            if status is not None:
+            if status is not None and (controller_required or process.role != "controller"):
                 tail = process.log_tail()
                 how = f"killed by signal {-status}" if status < 0 else f"exited with {status}"
                 raise EmulationFailed(f"{process.role} {how}" + (f": {tail}" if tail else ""))
+
+    def controller_exited(self) -> bool:
+        process = self.processes.get("controller")
+        return process is not None and process.popen.poll() is not None
 
     def kill_process(self, role: str, signum: int = signal.SIGKILL) -> None:
         """Fault injection for tests: signal one of our processes by its pid."""
