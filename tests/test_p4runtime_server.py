@@ -10,25 +10,27 @@ import grpc
 import pytest
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 from test_p4runtime_server_support import (
     ACL_TABLE,
     CLASS_TABLE,
     DROP,
     LPM_TABLE,
     NO_ACTION,
+    SCRATCH,
     SET_CLASS,
     SET_EGRESS,
     STAGE_BYTES,
-    StandInPipeline,
-    StandInProgram,
-    StandInSwitch,
     StreamSession,
-    standin_p4info,
+    program_under_test,
     write_error_details,
 )
 
-from softswitch.p4rt import pipeline_config
+from softswitch.frontend import CompiledProgram
 from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.ports import MemoryPort
+from softswitch.switch import Switch
 
 DEVICE_ID = 3
 ELECTION = (0, 10)
@@ -40,18 +42,18 @@ GetType = p4runtime_pb2.GetForwardingPipelineConfigRequest
 
 @dataclass
 class Target:
-    switch: StandInSwitch
+    switch: Switch
     server: P4RuntimeServer
     stub: p4runtime_pb2_grpc.P4RuntimeStub
     primary: StreamSession
 
 
 @pytest.fixture
-def bare(monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+def bare() -> Iterator[Target]:
     """A running server whose switch has no pipeline yet, with a primary client."""
-    monkeypatch.setattr(pipeline_config, "CompiledProgram", StandInProgram)
-    monkeypatch.setattr(pipeline_config, "Pipeline", StandInPipeline)
-    switch = StandInSwitch()
+    switch = Switch()
+    switch.add_memory_port(0)
+    switch.add_memory_port(1)
     server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(server.addr)
@@ -65,11 +67,12 @@ def bare(monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
         primary.close()
         channel.close()
         server.stop(0)
+        switch.close()
 
 
 def set_config(
     stub: p4runtime_pb2_grpc.P4RuntimeStub,
-    program: StandInProgram,
+    program: CompiledProgram,
     action: int = SetAction.VERIFY_AND_COMMIT,
     cookie: int | None = None,
     election: tuple[int, int] = ELECTION,
@@ -85,7 +88,7 @@ def set_config(
 
 @pytest.fixture
 def target(bare: Target) -> Target:
-    set_config(bare.stub, StandInProgram(standin_p4info()))
+    set_config(bare.stub, program_under_test())
     return bare
 
 
@@ -102,6 +105,15 @@ def class_entry(experiment: int, stage: int, class_id: int = 1) -> p4runtime_pb2
     entry = p4runtime_pb2.TableEntry(table_id=CLASS_TABLE)
     entry.match.add(field_id=1).exact.value = experiment.to_bytes(2, "big")
     entry.match.add(field_id=2).exact.value = stage.to_bytes(2, "big")
+    entry.action.action.action_id = SET_CLASS
+    entry.action.action.params.add(param_id=1, value=bytes([class_id]))
+    return entry
+
+
+def class_entry_for(src: bytes, tos: int, class_id: int) -> p4runtime_pb2.TableEntry:
+    entry = p4runtime_pb2.TableEntry(table_id=CLASS_TABLE)
+    entry.match.add(field_id=1).exact.value = src
+    entry.match.add(field_id=2).exact.value = bytes([tos])
     entry.action.action.action_id = SET_CLASS
     entry.action.action.params.add(param_id=1, value=bytes([class_id]))
     return entry
@@ -285,7 +297,9 @@ def test_malformed_entries_are_invalid_argument(target: Target, name: str) -> No
     "entry",
     [
         class_entry(1, 1, class_id=8),  # class_id is bit<3>
-        _with(class_entry(1, 1), lambda e: setattr(e.match[0].exact, "value", b"\x01\x00\x00")),
+        _with(
+            class_entry(1, 1), lambda e: setattr(e.match[1].exact, "value", b"\x01\x00")
+        ),  # bit<8>
         _with(class_entry(1, 1), lambda e: setattr(e.match[0].exact, "value", b"")),
     ],
     ids=["param wider than bitwidth", "match wider than bitwidth", "empty byte string"],
@@ -436,6 +450,53 @@ def test_direct_counters_through_direct_counter_entry_and_counter_data(target: T
     ]
 
 
+def test_packets_through_the_switch_count_and_are_read_over_p4runtime(target: Target) -> None:
+    write(
+        target.stub,
+        (Update.INSERT, lpm_entry(b"\x0a\x00\x00\x00", 8, port=b"\x01")),
+        (Update.INSERT, class_entry_for(src=b"\x0a\x00\x00\x01", tos=0, class_id=5)),
+    )
+    frame = bytes(
+        Ether(dst="02:00:00:00:00:02", src="02:00:00:00:00:01")
+        / IP(src="10.0.0.1", dst="10.1.2.3", tos=0)
+        / UDP(sport=1000, dport=2000)
+        / (b"x" * 100)
+    )
+    target.switch.send(0, frame)
+    port = target.switch.ports[1]
+    assert isinstance(port, MemoryPort)
+    (departure,) = port.take()
+    assert Ether(departure.frame)[IP].dst == "10.1.2.3"
+
+    direct = p4runtime_pb2.Entity()
+    direct.direct_counter_entry.table_entry.CopyFrom(
+        class_entry_for(src=b"\x0a\x00\x00\x01", tos=0, class_id=5)
+    )
+    direct.direct_counter_entry.table_entry.ClearField("action")
+    (hits,) = read(target.stub, direct)
+    assert hits.direct_counter_entry.data.packet_count == 1
+    assert hits.direct_counter_entry.data.byte_count == len(frame)
+    (cell,) = read(target.stub, counter_entity(STAGE_BYTES, 5))
+    assert cell.counter_entry.data.packet_count == 1
+    assert sum(c.counter_entry.data.packet_count for c in read(target.stub, counter_entity(0))) == 1
+
+
+def test_register_entries_write_and_read(target: Target) -> None:
+    entity = p4runtime_pb2.Entity()
+    entity.register_entry.register_id = SCRATCH
+    entity.register_entry.index.index = 2
+    entity.register_entry.data.bitstring = b"\x00\x00\x01\x00"
+    write(target.stub, (Update.MODIFY, entity))
+    (cell,) = read(target.stub, entity)
+    assert cell.register_entry.data.bitstring == b"\x01\x00"
+    assert target.switch.pipeline is not None
+    assert target.switch.pipeline.runtime.read_register(SCRATCH, 2) == [256]
+    too_wide = p4runtime_pb2.Entity()
+    too_wide.CopyFrom(entity)
+    too_wide.register_entry.data.bitstring = b"\x01\x00\x00\x00\x00"
+    assert write_codes(target.stub, (Update.MODIFY, too_wide)) == [code_pb2.OUT_OF_RANGE]
+
+
 def test_counter_data_on_a_table_without_direct_counter_is_invalid(target: Target) -> None:
     entry = lpm_entry(b"\x0a\x00\x00\x00", 8)
     entry.counter_data.byte_count = 1
@@ -496,7 +557,7 @@ def test_before_any_pipeline_writes_and_reads_fail_precondition(bare: Target) ->
 
 
 def test_get_pipeline_config_response_types(bare: Target) -> None:
-    program = StandInProgram(standin_p4info())
+    program = program_under_test()
     set_config(bare.stub, program, cookie=77)
 
     def get(response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig:
@@ -517,7 +578,7 @@ def test_get_pipeline_config_response_types(bare: Target) -> None:
 
 
 def test_verify_checks_without_changing_the_switch(bare: Target) -> None:
-    set_config(bare.stub, StandInProgram(standin_p4info()), action=SetAction.VERIFY)
+    set_config(bare.stub, program_under_test(), action=SetAction.VERIFY)
     assert bare.switch.pipeline is None
     bad = SetAction(device_id=DEVICE_ID, action=SetAction.VERIFY)
     bad.election_id.low = ELECTION[1]
@@ -530,8 +591,8 @@ def test_verify_checks_without_changing_the_switch(bare: Target) -> None:
 def test_p4info_must_match_the_device_config(bare: Target) -> None:
     request = SetAction(device_id=DEVICE_ID, action=SetAction.VERIFY_AND_COMMIT)
     request.election_id.low = ELECTION[1]
-    request.config.p4info.CopyFrom(standin_p4info(lpm_size=99))
-    request.config.p4_device_config = StandInProgram(standin_p4info()).device_config()
+    request.config.p4info.CopyFrom(program_under_test(99).p4info)
+    request.config.p4_device_config = program_under_test().device_config()
     with pytest.raises(grpc.RpcError) as caught:
         bare.stub.SetForwardingPipelineConfig(request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -541,13 +602,13 @@ def test_p4info_must_match_the_device_config(bare: Target) -> None:
 
 def test_verify_and_commit_clears_the_forwarding_state(target: Target) -> None:
     write(target.stub, (Update.INSERT, class_entry(1, 1)))
-    set_config(target.stub, StandInProgram(standin_p4info()))
+    set_config(target.stub, program_under_test())
     assert read(target.stub, table_read()) == []
 
 
 def test_verify_and_save_then_commit(target: Target) -> None:
     running = target.switch.pipeline
-    set_config(target.stub, StandInProgram(standin_p4info(lpm_size=32)), SetAction.VERIFY_AND_SAVE)
+    set_config(target.stub, program_under_test(32), SetAction.VERIFY_AND_SAVE)
     write(target.stub, (Update.INSERT, lpm_entry(b"\x0a\x00\x00\x00", 8)))
     assert target.switch.pipeline is running  # the data plane still runs the old program
     assert running is not None and not running.runtime.table(LPM_TABLE).entries
@@ -570,13 +631,11 @@ def test_reconcile_and_commit_keeps_the_state(target: Target) -> None:
         (Update.INSERT, class_entry(1, 1)),
         (Update.INSERT, lpm_entry(b"\x0a\x00\x00\x00", 8)),
     )
-    running, swaps = target.switch.pipeline, target.switch.swaps
-    set_config(target.stub, StandInProgram(standin_p4info()), SetAction.RECONCILE_AND_COMMIT, 5)
-    assert target.switch.pipeline is running and target.switch.swaps == swaps  # untouched
+    running = target.switch.pipeline
+    set_config(target.stub, program_under_test(), SetAction.RECONCILE_AND_COMMIT, 5)
+    assert target.switch.pipeline is running  # the same program keeps running untouched
     # A different program that can hold the entries gets a copy of them.
-    set_config(
-        target.stub, StandInProgram(standin_p4info(lpm_size=64)), SetAction.RECONCILE_AND_COMMIT
-    )
+    set_config(target.stub, program_under_test(64), SetAction.RECONCILE_AND_COMMIT)
     assert target.switch.pipeline is not running
     assert len(read(target.stub, table_read())) == 2
 
@@ -589,9 +648,7 @@ def test_reconcile_that_cannot_keep_the_state_changes_nothing(target: Target) ->
     )
     running = target.switch.pipeline
     with pytest.raises(grpc.RpcError) as caught:
-        set_config(
-            target.stub, StandInProgram(standin_p4info(lpm_size=1)), SetAction.RECONCILE_AND_COMMIT
-        )
+        set_config(target.stub, program_under_test(1), SetAction.RECONCILE_AND_COMMIT)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert target.switch.pipeline is running
     assert len(read(target.stub, table_read(LPM_TABLE))) == 2

@@ -13,25 +13,20 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from test_p4runtime_server_support import (
     CLASS_TABLE,
     SET_CLASS,
-    StandInPipeline,
-    StandInProgram,
-    StandInSwitch,
     StreamSession,
-    standin_p4info,
+    program_under_test,
 )
 
-from softswitch.p4rt import pipeline_config
 from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.switch import Switch
 
 DEVICE_ID = 1
 
 
 @pytest.fixture
-def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[p4runtime_pb2_grpc.P4RuntimeStub]:
-    monkeypatch.setattr(pipeline_config, "CompiledProgram", StandInProgram)
-    monkeypatch.setattr(pipeline_config, "Pipeline", StandInPipeline)
-    switch = StandInSwitch()
-    switch.set_pipeline(StandInPipeline(StandInProgram(standin_p4info())))
+def stub() -> Iterator[p4runtime_pb2_grpc.P4RuntimeStub]:
+    switch = Switch()
+    switch.load_pipeline(program_under_test())
     server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(server.addr)
@@ -40,6 +35,7 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[p4runtime_pb2_grpc.P4Runti
     finally:
         channel.close()
         server.stop(0)
+        switch.close()
 
 
 @pytest.fixture
@@ -213,8 +209,8 @@ def test_packet_out_is_reported_unimplemented_or_denied(
     assert error.packet_out.packet_out.payload == packet.packet.payload
 
 
-def test_stopping_the_server_ends_open_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    switch = StandInSwitch()
+def test_stopping_the_server_ends_open_streams() -> None:
+    switch = Switch()
     server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(server.addr)
@@ -226,3 +222,4 @@ def test_stopping_the_server_ends_open_streams(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(queue.Empty):
         session.next(timeout_s=0.1)
     channel.close()
+    switch.close()

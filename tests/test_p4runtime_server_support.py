@@ -5,6 +5,7 @@ Not a test module itself; the server and shell tests import from it.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 import grpc
 from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from softswitch.frontend import CompiledProgram, compile_source
 
 
 @dataclass
@@ -80,117 +83,91 @@ def write_error_details(error: grpc.RpcError) -> list[p4runtime_pb2.Error]:
     raise AssertionError("no grpc-status-details-bin trailer")
 
 
-# ----------------------------------------------------------------------------- stand-in target
-# Until the frontend executes beamer.p4, the server runs on a small program described by
-# P4Info alone, with the real RuntimeState behind it.
+# ----------------------------------------------------------------------------- test program
+# A small v1model program, compiled by the real frontend and run by the real Switch,
+# with every table shape the server must handle: LPM, exact with a direct counter and a
+# default-only action, ternary with a const default action, an indexed counter and a
+# register. beamer.p4 itself is exercised by the p4runtime-shell tests.
 
-from p4.config.v1 import p4info_pb2  # noqa: E402
-
-from control.errors import UserError  # noqa: E402
-from softswitch.runtime import RuntimeState  # noqa: E402
-
-LPM_TABLE = 0x02000001
-CLASS_TABLE = 0x02000002
-ACL_TABLE = 0x02000003
-SET_EGRESS = 0x01000001
-DROP = 0x01000002
-SET_CLASS = 0x01000003
-NO_ACTION = 0x01000004
-STAGE_BYTES = 0x12000001
-CLASS_COUNTER = 0x13000001
-
-
-def standin_p4info(lpm_size: int = 16) -> p4info_pb2.P4Info:
-    info = p4info_pb2.P4Info()
-    info.pkg_info.arch = "v1model"
-    for action_id, name, params in (
-        (SET_EGRESS, "set_egress", [(1, "port", 9)]),
-        (DROP, "drop", []),
-        (SET_CLASS, "set_class", [(1, "class_id", 3)]),
-        (NO_ACTION, "NoAction", []),
-    ):
-        action = info.actions.add()
-        action.preamble.id, action.preamble.name = action_id, name
-        for param_id, param_name, width in params:
-            action.params.add(id=param_id, name=param_name, bitwidth=width)
-
-    lpm = info.tables.add()
-    lpm.preamble.id, lpm.preamble.name = LPM_TABLE, "ingress.ipv4_lpm"
-    lpm.match_fields.add(
-        id=1, name="hdr.ipv4.dst", bitwidth=32, match_type=p4info_pb2.MatchField.LPM
-    )
-    lpm.action_refs.add(id=SET_EGRESS)
-    lpm.action_refs.add(id=DROP)
-    lpm.initial_default_action.action_id = DROP
-    lpm.size = lpm_size
-
-    classify = info.tables.add()
-    classify.preamble.id, classify.preamble.name = CLASS_TABLE, "ingress.classify"
-    classify.match_fields.add(
-        id=1, name="tag.experiment", bitwidth=16, match_type=p4info_pb2.MatchField.EXACT
-    )
-    classify.match_fields.add(
-        id=2, name="tag.stage", bitwidth=16, match_type=p4info_pb2.MatchField.EXACT
-    )
-    classify.action_refs.add(id=SET_CLASS)
-    classify.action_refs.add(id=NO_ACTION, scope=p4info_pb2.ActionRef.DEFAULT_ONLY)
-    classify.direct_resource_ids.append(CLASS_COUNTER)
-    classify.size = 4
-
-    acl = info.tables.add()
-    acl.preamble.id, acl.preamble.name = ACL_TABLE, "ingress.acl"
-    acl.match_fields.add(
-        id=1, name="hdr.ipv4.proto", bitwidth=8, match_type=p4info_pb2.MatchField.TERNARY
-    )
-    acl.action_refs.add(id=DROP)
-    acl.action_refs.add(id=NO_ACTION)
-    acl.const_default_action_id = NO_ACTION
-    acl.size = 8
-
-    counter = info.counters.add()
-    counter.preamble.id, counter.preamble.name = STAGE_BYTES, "ingress.stage_bytes"
-    counter.spec.unit = p4info_pb2.CounterSpec.BOTH
-    counter.size = 8
-
-    direct = info.direct_counters.add()
-    direct.preamble.id, direct.preamble.name = CLASS_COUNTER, "ingress.class_hits"
-    direct.spec.unit = p4info_pb2.CounterSpec.BOTH
-    direct.direct_table_id = CLASS_TABLE
-    return info
+TEST_P4 = """
+#include <core.p4>
+#include <v1model.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+header ipv4_t {
+    bit<4> version; bit<4> ihl; bit<8> tos; bit<16> len; bit<16> id; bit<16> frag;
+    bit<8> ttl; bit<8> proto; bit<16> csum; bit<32> src; bit<32> dst;
+}
+struct headers { ethernet_t ethernet; ipv4_t ipv4; }
+struct metadata { bit<3> class_id; }
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) { 0x0800: ipv4; default: accept; }
+    }
+    state ipv4 { pkt.extract(hdr.ipv4); transition accept; }
+}
+control VC(inout headers hdr, inout metadata meta) { apply { } }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    direct_counter(CounterType.packets_and_bytes) class_hits;
+    counter(8, CounterType.packets_and_bytes) stage_bytes;
+    register<bit<32>>(4) scratch;
+    action set_egress(bit<9> port) { sm.egress_spec = port; }
+    action drop() { mark_to_drop(sm); }
+    action set_class(bit<3> class_id) { meta.class_id = class_id; }
+    table ipv4_lpm {
+        key = { hdr.ipv4.dst: lpm; }
+        actions = { set_egress; drop; }
+        size = LPM_SIZE;
+        default_action = drop();
+    }
+    table classify {
+        key = { hdr.ipv4.src: exact; hdr.ipv4.tos: exact; }
+        actions = { set_class; @defaultonly NoAction; }
+        size = 4;
+        counters = class_hits;
+        default_action = NoAction();
+    }
+    table acl {
+        key = { hdr.ipv4.proto: ternary; }
+        actions = { drop; NoAction; }
+        size = 8;
+        const default_action = NoAction();
+    }
+    apply {
+        ipv4_lpm.apply();
+        classify.apply();
+        acl.apply();
+        stage_bytes.count((bit<32>)meta.class_id);
+        sm.priority = meta.class_id;
+    }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) { apply { } }
+control CC(inout headers hdr, inout metadata meta) { apply { } }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.ethernet); pkt.emit(hdr.ipv4); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"""
 
 
-class StandInProgram:
-    """A program known by its P4Info only; its device config is the serialised P4Info."""
-
-    MAGIC = b"standin-p4info:"
-
-    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
-        self.p4info = p4info
-
-    def device_config(self) -> bytes:
-        return self.MAGIC + self.p4info.SerializeToString(deterministic=True)
-
-    @classmethod
-    def from_device_config(cls, data: bytes) -> StandInProgram:
-        if not data.startswith(cls.MAGIC):
-            raise UserError("device config: not a stand-in program")
-        return cls(p4info_pb2.P4Info.FromString(data[len(cls.MAGIC) :]))
-
-    def new_runtime_state(self) -> RuntimeState:
-        return RuntimeState(self.p4info)
+@functools.cache
+def program_under_test(lpm_size: int = 16) -> CompiledProgram:
+    """The test program; ``lpm_size`` makes a different program with the same ids."""
+    return compile_source(TEST_P4.replace("LPM_SIZE", str(lpm_size)), "p4rt_test.p4")
 
 
-class StandInPipeline:
-    def __init__(self, program: StandInProgram) -> None:
-        self.program = program
-        self.runtime = program.new_runtime_state()
+def _ids(program: CompiledProgram) -> dict[str, int]:
+    info = program.p4info
+    named = [*info.tables, *info.actions, *info.counters, *info.direct_counters, *info.registers]
+    return {item.preamble.name: item.preamble.id for item in named}
 
 
-class StandInSwitch:
-    def __init__(self) -> None:
-        self.pipeline: StandInPipeline | None = None
-        self.swaps = 0
-
-    def set_pipeline(self, pipeline: StandInPipeline) -> None:
-        self.pipeline = pipeline
-        self.swaps += 1
+_IDS = _ids(program_under_test())
+LPM_TABLE = _IDS["I.ipv4_lpm"]
+CLASS_TABLE = _IDS["I.classify"]
+ACL_TABLE = _IDS["I.acl"]
+SET_EGRESS = _IDS["I.set_egress"]
+DROP = _IDS["I.drop"]
+SET_CLASS = _IDS["I.set_class"]
+NO_ACTION = _IDS["NoAction"]
+STAGE_BYTES = _IDS["I.stage_bytes"]
+CLASS_HITS = _IDS["I.class_hits"]
+SCRATCH = _IDS["I.scratch"]
