@@ -73,8 +73,11 @@ class Name(Expr):
 
 @dataclass
 class Member(Expr):
+    """``base.member``; ``loc`` is where the expression starts, ``member_loc`` the name."""
+
     base: Expr
     member: str
+    member_loc: SourceLocation | None = None
 
 
 @dataclass

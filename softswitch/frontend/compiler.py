@@ -195,6 +195,7 @@ class ControlContext:
     actions: dict[str, ActionInfo] = field(default_factory=dict)
     in_action: bool = False
     uses_exit: bool = False
+    applied: set[str] = field(default_factory=set)
     sm_code: str = "_sm"
 
 
@@ -816,7 +817,9 @@ class Compiler:
             if isinstance(keyset, ast.Default):
                 items = [keyset] * len(keys)
             if len(items) != len(keys):
-                raise CompileError(loc, f"select case has {len(items)} values for {len(keys)} keys")
+                raise CompileError(
+                    keyset.loc, f"select case has {len(items)} values for {len(keys)} keys"
+                )
             conds = [
                 c
                 for c in (
@@ -1593,7 +1596,9 @@ class Compiler:
             ft = t.field_type(expr.member)
             if ft is None:
                 kind = "header" if isinstance(t, HeaderT) else "struct"
-                raise CompileError(expr.loc, f"{kind} {t.name} has no field {expr.member}")
+                raise CompileError(
+                    expr.member_loc or expr.loc, f"{kind} {t.name} has no field {expr.member}"
+                )
             return Val(
                 f"{base.code}.{_py(expr.member)}",
                 ft,
@@ -1750,6 +1755,14 @@ class Compiler:
             if isinstance(found, TableEntryRef):
                 if call.args:
                     raise CompileError(call.loc, "apply() takes no arguments")
+                assert self.ctx is not None
+                if found.info.name in self.ctx.applied:
+                    raise CompileError(
+                        call.loc,
+                        f"table {func.base.name} is applied more than once "
+                        "(p4c's BMv2 backend rejects this)",
+                    )
+                self.ctx.applied.add(found.info.name)
                 return found
         raise CompileError(call.loc, "expected table.apply()")
 

@@ -279,6 +279,8 @@ class Parser:
         while not self.at("}"):
             self.annotations()
             field_type = self.type_ref()
+            if self.at("["):
+                raise CompileError(self.tok.loc, "header stacks are not supported by this target")
             field_name = self.ident("a field name")
             if self.at("["):
                 raise CompileError(self.tok.loc, "header stacks are not supported by this target")
@@ -434,12 +436,11 @@ class Parser:
             self.expect("{")
             cases: list[tuple[ast.Expr, str, SourceLocation]] = []
             while not self.at("}"):
-                loc = self.tok.loc
                 keyset = self.keyset()
                 self.expect(":")
                 target = self.ident("a state name")
                 self.expect(";")
-                cases.append((keyset, target.text, loc))
+                cases.append((keyset, target.text, target.loc))
             self.expect("}")
             return ast.Transition(start.loc, None, on, cases)
         target = self.ident("a state name or select")
@@ -848,15 +849,15 @@ class Parser:
             token = self.tok
             if self.accept("."):
                 member = self.ident("a member name")
-                expr = ast.Member(member.loc, expr, member.text)
+                expr = ast.Member(expr.loc, expr, member.text, member.loc)
                 if self.at("<") and member.text in ("lookahead", "extract", "emit"):
                     self.advance()
                     type_args = [self.type_ref()]
                     self.expect(">")
                     args = self.call_args()
-                    expr = ast.Call(token.loc, expr, args, type_args)
+                    expr = ast.Call(expr.loc, expr, args, type_args)
             elif self.at("("):
-                expr = ast.Call(token.loc, expr, self.call_args())
+                expr = ast.Call(expr.loc, expr, self.call_args())
             elif self.accept("["):
                 index = self.expression()
                 if self.accept(":"):

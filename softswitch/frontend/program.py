@@ -5,7 +5,7 @@ Device config (``*.softswitch.json``), version 1::
     {"format": "beamer-softswitch", "version": 1,
      "program": "beamer.p4",
      "p4info_sha256": "<hex digest of the deterministic P4Info serialisation>",
-     "source": [[file, line, text], ...]}   # preprocessed source with origins
+     "source": [[file, line, text], ...]}   # preprocessed non-blank lines, with origins
 
 Loading recompiles the source (milliseconds) and refuses the config if the
 fingerprint differs from the P4Info it produces, so a P4Info from another
@@ -69,7 +69,9 @@ class CompiledProgram:
             "version": DEVICE_CONFIG_VERSION,
             "program": self.name,
             "p4info_sha256": self.fingerprint,
-            "source": [[line.file, line.number, line.text] for line in self.lines],
+            "source": [
+                [line.file, line.number, line.text] for line in self.lines if line.text.strip()
+            ],
         }
         return json.dumps(document, separators=(",", ":")).encode()
 

@@ -1,0 +1,105 @@
+"""``beamer compile PROGRAM --out DIR``: P4Info and device config for the embedded target.
+
+Writes ``<name>.p4info.txtpb`` (P4Info, protobuf text format) and
+``<name>.softswitch.json`` (device config, see softswitch.frontend.program),
+each atomically (temporary file, then rename), so a failed compile never
+leaves a half-written output. When ``p4c`` is on PATH it also builds
+``<name>.json`` for BMv2 and checks that p4c's P4Info ids agree with ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from control.errors import UserError
+from softswitch.frontend import CompiledProgram, compile_file
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; outputs are shared files
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def p4info_text(program: CompiledProgram) -> bytes:
+    return text_format.MessageToString(program.p4info).encode()
+
+
+def ids_by_name(p4info: p4info_pb2.P4Info) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for group in (p4info.tables, p4info.actions, p4info.counters, p4info.direct_counters,
+                  p4info.registers):  # fmt: skip
+        for item in group:
+            ids[item.preamble.name] = item.preamble.id
+    return ids
+
+
+def run_p4c(source: Path, out_dir: Path, ours: p4info_pb2.P4Info) -> list[str]:
+    """Build the BMv2 JSON with p4c; return warnings (p4c missing is not an error)."""
+    p4c = shutil.which("p4c")
+    if p4c is None:
+        return ["p4c not found on PATH: BMv2 JSON not built (the embedded target needs none)"]
+    p4c_info = out_dir / f"{source.stem}.p4c.p4info.txtpb"
+    command = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
+               "--p4runtime-files", str(p4c_info), str(source)]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        first = (completed.stderr.strip().splitlines() or ["(no output)"])[0]
+        raise UserError(f"p4c failed on {source}: {first}")
+    theirs = p4info_pb2.P4Info()
+    text_format.Parse(p4c_info.read_text(), theirs)
+    mismatched = sorted(
+        name
+        for name, number in ids_by_name(ours).items()
+        if ids_by_name(theirs).get(name, number) != number
+    )
+    if mismatched:
+        return [f"p4c assigned different P4Info ids to: {', '.join(mismatched)}"]
+    return []
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    source = Path(args.program)
+    if not source.is_file():
+        raise UserError(f"{source}: no such P4 program")
+    out_dir = Path(args.out)
+    program = compile_file(source)
+    stem = source.stem
+    write_atomically(out_dir / f"{stem}.p4info.txtpb", p4info_text(program))
+    write_atomically(out_dir / f"{stem}.softswitch.json", program.device_config())
+    print(f"wrote {out_dir / (stem + '.p4info.txtpb')} and {out_dir / (stem + '.softswitch.json')}")
+    if not args.no_p4c:
+        for warning in run_p4c(source, out_dir, program.p4info):
+            print(f"beamer compile: {warning}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "compile",
+        help="compile a P4-16 v1model program for the embedded target (and BMv2 if p4c exists)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("program", help="P4-16 source, e.g. p4src/beamer.p4")
+    parser.add_argument("--out", default="build", help="output directory (default: build)")
+    parser.add_argument("--no-p4c", action="store_true", help="do not run p4c even if found")
+    parser.set_defaults(func=compile_command)
