@@ -34,7 +34,7 @@ from types import FrameType
 from typing import IO, Any, Literal
 
 from bmv2_topos import bmv2, netns
-from bmv2_topos.state import RunState, runs_dir
+from bmv2_topos.state import RUN_ID_VARIABLE, RunState, runs_dir
 from control.errors import UserError
 from control.topology import Endpoint, Topology
 
@@ -289,8 +289,11 @@ class EmulatedNetwork:
         log_path = self.run_dir / f"{role}.log"
         log_file = log_path.open("wb")
         command = ["ip", "netns", "exec", self.fabric_namespace, *argv]
+        # The run id in the environment marks the process as ours for leftover checks.
+        environment = {**os.environ, RUN_ID_VARIABLE: self.state.run_id}
         popen = subprocess.Popen(
             command,
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -199,6 +199,28 @@ def delete_namespace(name: str) -> bool:
     return True
 
 
+RUN_ID_VARIABLE = "BEAMER_RUN_ID"
+"""Set in the environment of every process a run starts (see the launcher)."""
+
+
+def tagged_processes() -> dict[int, str]:
+    """pid → run id of every process carrying ``BEAMER_RUN_ID`` in its environment."""
+    found: dict[int, str] = {}
+    marker = RUN_ID_VARIABLE.encode() + b"="
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in environment.split(b"\0"):
+            if item.startswith(marker):
+                found[int(entry.name)] = item[len(marker) :].decode(errors="replace")
+                break
+    return found
+
+
 @dataclass
 class CleanReport:
     removed: list[str] = field(default_factory=list)
@@ -234,6 +256,12 @@ def clean_leftovers(base: Path | None = None) -> CleanReport:
                 continue
             accounted.update(state.namespaces)
             report.removed.extend(state.teardown())
+    live_ids = {prefix[2:-1] for prefix in live_prefixes}
+    for pid, run_id in sorted(tagged_processes().items()):
+        ticks = process_start_ticks(pid)
+        leftover = run_id not in live_ids and ticks is not None
+        if leftover and terminate(ProcessRecord(pid, ticks or 0, "leftover")):
+            report.removed.append(f"process {pid} (run {run_id})")
     for name in netns.list_namespaces():
         ours = OUR_NAME_RE.match(name) and name not in accounted
         live = any(name.startswith(prefix) for prefix in live_prefixes)

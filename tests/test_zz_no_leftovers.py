@@ -1,0 +1,62 @@
+"""Runs last (file name): the suite left no namespace, veth or process of an emulation run.
+
+Something is a leftover when its run is over: no run directory any more, a
+dead owner, or an owner that is this test session (whose runs must all have
+ended). A run of another live process (say, a ``make run`` beside the suite)
+is not ours to judge.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from bmv2_topos import netns, state
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+
+
+def _finished(run_id: str) -> bool:
+    directory = state.runs_dir() / run_id
+    try:
+        run = state.RunState.load(directory)
+    except (OSError, ValueError, KeyError):
+        return not directory.exists()
+    return run.owner_pid == os.getpid() or not run.owner_alive()
+
+
+def test_no_namespace_of_a_finished_run_is_left() -> None:
+    leftovers = [
+        name
+        for name in netns.list_namespaces()
+        if state.OUR_NAME_RE.match(name) and _finished(name[2:7])
+    ]
+    assert leftovers == []
+
+
+def test_no_veth_of_ours_in_the_root_namespace() -> None:
+    links = subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    names = re.findall(r"^\d+: ([^:@]+)", links, flags=re.MULTILINE)
+    assert [name for name in names if state.OUR_NAME_RE.match(name)] == []
+
+
+def test_no_process_of_a_finished_run_is_left() -> None:
+    leftovers = {pid: run for pid, run in state.tagged_processes().items() if _finished(run)}
+    assert leftovers == {}
+
+
+def test_no_run_directory_of_this_session_is_left() -> None:
+    base = state.runs_dir()
+    mine = []
+    for directory in base.iterdir() if base.is_dir() else ():
+        try:
+            if state.RunState.load(directory).owner_pid == os.getpid():
+                mine.append(directory.name)
+        except (OSError, ValueError, KeyError):
+            continue
+    assert mine == []
