@@ -16,17 +16,35 @@ server writes to.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import math
 import os
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from softswitch.ports import DROP_PORT, LinuxPort, MemoryPort, Port
+from softswitch.runtime import (
+    MATCH_EXACT,
+    MATCH_LPM,
+    MATCH_OPTIONAL,
+    MATCH_RANGE,
+    MATCH_TERNARY,
+    ActionCall,
+    ExactMatch,
+    FieldMatch,
+    LpmMatch,
+    OptionalMatch,
+    RangeMatch,
+    RuntimeState,
+    TableEntry,
+    TableState,
+    TernaryMatch,
+)
 from softswitch.traffic_manager import (
     DEFAULT_PRIORITY_QUEUES,
     DEFAULT_QUEUE_DEPTH_PACKETS,
@@ -196,6 +214,14 @@ class Switch:
             self._pipeline = pipeline
             self.counters.flushed_packets += self.traffic_manager.clear()
         self._wake()
+
+    @property
+    def tables(self) -> TableWriter:
+        """Program the loaded pipeline's tables by P4 names (see :class:`TableWriter`)."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            raise RuntimeError("no P4 program loaded: load_pipeline first")
+        return TableWriter(pipeline.runtime)
 
     @property
     def pipeline(self) -> Pipeline | None:
@@ -438,3 +464,101 @@ class Switch:
                             self._ingress(number, frame, now_s)
             with self._lock:
                 self._service(clock.now_s())
+
+
+# -- programming tables by name --------------------------------------------------------
+
+MatchValue = int | str | tuple[int | str, int | str]
+"""An exact/optional value, or a pair: (value, prefix_len) for lpm, (value, mask) for
+ternary, (low, high) for range. Values may be integers, dotted IPv4 addresses or
+colon-separated MAC addresses."""
+
+
+def parse_value(value: int | str) -> int:
+    """An integer, an IPv4 address (``10.0.2.0``) or a MAC address (``02:00:00:00:00:01``)."""
+    if isinstance(value, int):
+        return value
+    if value.count(":") == 5:
+        return int(value.replace(":", ""), 16)
+    if value.count(".") == 3:
+        return int(ipaddress.IPv4Address(value))
+    return int(value, 0)
+
+
+class TableWriter:
+    """simple_switch_CLI-style table programming on a :class:`RuntimeState`.
+
+    ``table_add("ipv4_lpm", {"hdr.ipv4.dstAddr": ("10.0.2.0", 24)}, "ipv4_forward",
+    ["02:00:00:00:00:02", 2])``. Table and action names may be given in full
+    (``MyIngress.ipv4_lpm``) or by their last component when that is unique. Writes
+    go through the same RuntimeState the P4Runtime server uses, so they obey the
+    same checks (widths, allowed actions, table size).
+    """
+
+    def __init__(self, runtime: RuntimeState) -> None:
+        self.runtime = runtime
+
+    def _table(self, name: str) -> TableState:
+        return _by_name(self.runtime.tables_by_name, name, "table")
+
+    def _action(self, table: TableState, name: str, params: Sequence[int | str]) -> ActionCall:
+        actions = {self.runtime.actions[ref.id].name: ref.id for ref in table.info.action_refs}
+        action_id = _by_name(actions, name, f"action of {table.name}")
+        return ActionCall(action_id, tuple(parse_value(p) for p in params))
+
+    def table_add(
+        self,
+        table: str,
+        match: Mapping[str, MatchValue],
+        action: str,
+        params: Sequence[int | str] = (),
+        priority: int = 0,
+    ) -> None:
+        """Insert an entry; ``match`` maps key field names (``hdr.ipv4.dstAddr``) to values."""
+        state = self._table(table)
+        fields = {field.name: field for field in state.key_fields}
+        matches: dict[int, FieldMatch] = {}
+        for name, value in match.items():
+            key_field = fields.get(name)
+            if key_field is None:
+                raise KeyError(f"{state.name} has no key field {name!r} (has {sorted(fields)})")
+            matches[key_field.field_id] = _field_match(key_field.match_type, name, value)
+        entry = TableEntry(matches, self._action(state, action, params), priority)
+        self.runtime.insert_entry(state.table_id, entry)
+
+    def table_set_default(self, table: str, action: str, params: Sequence[int | str] = ()) -> None:
+        state = self._table(table)
+        self.runtime.set_default_action(state.table_id, self._action(state, action, params))
+
+
+ValueT = TypeVar("ValueT")
+
+
+def _by_name(items: Mapping[str, ValueT], name: str, kind: str) -> ValueT:
+    if name in items:
+        return items[name]
+    found = [full for full in items if full.rsplit(".", 1)[-1] == name]
+    if len(found) == 1:
+        return items[found[0]]
+    if found:
+        raise KeyError(f"{kind} name {name!r} is ambiguous: {sorted(found)}")
+    raise KeyError(f"no {kind} named {name!r} (have {sorted(items)})")
+
+
+def _field_match(match_type: int, name: str, value: MatchValue) -> FieldMatch:
+    if match_type in (MATCH_EXACT, MATCH_OPTIONAL):
+        if isinstance(value, tuple):
+            raise ValueError(f"{name}: exact match takes one value, got {value!r}")
+        number = parse_value(value)
+        return ExactMatch(number) if match_type == MATCH_EXACT else OptionalMatch(number)
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise ValueError(f"{name}: needs a pair (lpm: value, prefix_len; ternary: value, mask;"
+                         f" range: low, high), got {value!r}")  # fmt: skip
+    first, second = parse_value(value[0]), parse_value(value[1])
+    if match_type == MATCH_LPM:
+        return LpmMatch(first, second)
+    if match_type == MATCH_TERNARY:
+        return TernaryMatch(first, second)
+    if match_type == MATCH_RANGE:
+        return RangeMatch(first, second)
+    raise ValueError(f"{name}: unsupported match type {match_type}")

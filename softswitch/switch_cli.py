@@ -2,7 +2,7 @@
 
 Options follow simple_switch_grpc's names so that launch scripts read the same:
 ``beamer switch -i 0@veth0 -i 1@veth1 --priority-queues 8 --device-id 0
---grpc-server-addr 127.0.0.1:9559 build/beamer.p4.device.json``. The program is
+--grpc-server-addr 127.0.0.1:9559 build/beamer.softswitch.json``. The program is
 either a device config written by ``beamer compile`` (or a ``.p4`` file,
 compiled on start), or ``--no-p4``: then every packet is dropped until a
 controller pushes a pipeline over P4Runtime.

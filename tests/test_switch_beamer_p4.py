@@ -16,7 +16,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from softswitch.frontend import CompiledProgram, compile_file
-from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, RuntimeState, TableEntry
+from softswitch.runtime import EntryExistsError, InvalidEntryError
 from softswitch.switch import Switch, VirtualClock
 
 P4_SOURCE = Path(__file__).resolve().parents[1] / "p4src" / "beamer.p4"
@@ -31,41 +31,20 @@ def program() -> CompiledProgram:
     return compile_file(P4_SOURCE)
 
 
-class Tables:
-    """Write entries by P4 names (the P4Runtime server does the same by ids)."""
-
-    def __init__(self, runtime: RuntimeState) -> None:
-        self.runtime = runtime
-
-    def _action(self, name: str, *params: int) -> ActionCall:
-        (action_id,) = [a.action_id for a in self.runtime.actions.values() if a.name == name]
-        return ActionCall(action_id, params)
-
-    def add(self, table: str, keys: dict[str, object], action: str, *params: int) -> None:
-        state = self.runtime.tables_by_name[f"MyIngress.{table}"]
-        ids = {field.name: field.field_id for field in state.key_fields}
-        matches = {ids[name]: match for name, match in keys.items()}
-        entry = TableEntry(matches, self._action(f"MyIngress.{action}", *params))  # type: ignore[arg-type]
-        self.runtime.insert_entry(state.table_id, entry)
-
-
 @pytest.fixture
 def switch(program: CompiledProgram) -> Iterator[Switch]:
     with Switch(clock=VirtualClock(), priority_queues=8) as switch:
         switch.add_memory_port(1)
         switch.add_memory_port(2)
         switch.load_pipeline(program)
-        assert switch.pipeline is not None
-        tables = Tables(switch.pipeline.runtime)
-        mac = int(NEXT_HOP_MAC.replace(":", ""), 16)
-        tables.add(
-            "ipv4_lpm", {"hdr.ipv4.dstAddr": LpmMatch(0x0A000200, 24)}, "ipv4_forward", mac, 2
-        )
-        stage_key = {"hdr.beamer_tag.experiment_id": ExactMatch(EXPERIMENT),
-                     "hdr.beamer_tag.stage_id": ExactMatch(STAGE)}  # fmt: skip
-        tables.add("stage_class", stage_key, "set_class", STAGE_CLASS)
-        coflow_key = {**stage_key, "hdr.beamer_tag.coflow_id": ExactMatch(COFLOW)}
-        tables.add("coflow_class", coflow_key, "set_class", COFLOW_CLASS)
+        tables = switch.tables
+        tables.table_add("ipv4_lpm", {"hdr.ipv4.dstAddr": ("10.0.2.0", 24)}, "ipv4_forward",
+                         [NEXT_HOP_MAC, 2])  # fmt: skip
+        stage_key = {"hdr.beamer_tag.experiment_id": EXPERIMENT,
+                     "hdr.beamer_tag.stage_id": STAGE}  # fmt: skip
+        tables.table_add("MyIngress.stage_class", stage_key, "set_class", [STAGE_CLASS])
+        coflow_key = {**stage_key, "hdr.beamer_tag.coflow_id": COFLOW}
+        tables.table_add("coflow_class", coflow_key, "MyIngress.set_class", [COFLOW_CLASS])
         yield switch
 
 
@@ -154,3 +133,27 @@ def test_malformed_and_fuzzed_frames_never_stop_the_switch(switch: Switch) -> No
     switch.send(1, packet(1, COFLOW))
     (departure,) = switch.ports[2].take()  # type: ignore[attr-defined]
     assert Ether(departure.frame)[IP].tos >> 5 == COFLOW_CLASS
+
+
+def test_untagged_class_follows_the_default_action(switch: Switch) -> None:
+    switch.tables.table_set_default("default_class", "set_class", [4])
+    switch.send(1, packet(0, None))
+    (departure,) = switch.ports[2].take()  # type: ignore[attr-defined]
+    assert Ether(departure.frame)[IP].tos >> 5 == 4
+
+
+def test_table_writer_reports_wrong_names_and_values(switch: Switch) -> None:
+    tables = switch.tables
+    with pytest.raises(KeyError, match="no table named 'nope'"):
+        tables.table_add("nope", {}, "set_class", [1])
+    with pytest.raises(KeyError, match=r"no key field 'hdr\.ipv4\.srcAddr'"):
+        tables.table_add("ipv4_lpm", {"hdr.ipv4.srcAddr": ("10.0.0.0", 8)}, "drop")
+    with pytest.raises(KeyError, match=r"no action of MyIngress\.stage_class named 'drop'"):
+        tables.table_add("stage_class", {"hdr.beamer_tag.experiment_id": 9}, "drop")
+    with pytest.raises(ValueError, match="needs a pair"):
+        tables.table_add("ipv4_lpm", {"hdr.ipv4.dstAddr": "10.0.0.0"}, "drop")
+    with pytest.raises(InvalidEntryError):
+        tables.table_add("default_class", {}, "set_class", [8])  # class is 3 bits
+    key = {"hdr.beamer_tag.experiment_id": EXPERIMENT, "hdr.beamer_tag.stage_id": STAGE}
+    with pytest.raises(EntryExistsError):
+        tables.table_add("stage_class", key, "set_class", [1])

@@ -12,19 +12,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.ports import LinuxPort
 from softswitch.switch import Switch
 
@@ -37,7 +38,10 @@ pytestmark = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+P4_SOURCE = REPO_ROOT / "p4src" / "beamer.p4"
 HOST_MAC = "02:00:00:00:00:aa"
+SWITCH_MAC = "02:00:00:00:00:fe"
+NEXT_HOP_MAC = "02:00:00:00:00:bb"
 
 
 def ip_command(*args: str) -> None:
@@ -71,33 +75,19 @@ def netns() -> Iterator[str]:
         ip_command("netns", "del", name)
 
 
-@dataclass(slots=True)
-class EtherQueued:
-    egress_port: int
-    priority: int
-    length_bytes: int
-    frame: bytes
+@pytest.fixture(scope="module")
+def program() -> CompiledProgram:
+    return compile_file(P4_SOURCE)
 
 
-class MacPortPipeline:
-    """Egress port = last byte of the destination MAC; class = IPv4 precedence (TOS >> 5)."""
-
-    def ingress(self, ingress_port: int, packet: bytes) -> list[EtherQueued]:
-        if len(packet) < 14 or packet[0] & 1:  # runts and multicast are dropped
-            return []
-        priority = packet[15] >> 5 if packet[12:14] == b"\x08\x00" and len(packet) > 15 else 0
-        return [EtherQueued(packet[5], priority, len(packet), packet)]
-
-    def egress(self, queued: EtherQueued, enq_qdepth: int = 0) -> bytes | None:
-        return queued.frame
-
-
-def tagged_frame(klass: int, sequence: int) -> bytes:
+def tagged_frame(stage_id: int, sequence: int) -> bytes:
+    """A UDP packet with a Beamer tag (experiment 1, ``stage_id``, coflow 9)."""
+    tag = IPOption(struct.pack("!BBBBHHI", 0x9E, 12, 0x10, 0, 1, stage_id, 9))
     packet = (
-        Ether(src=HOST_MAC, dst="02:00:00:00:00:01")
-        / IP(src="10.0.0.1", dst="10.0.0.2", tos=klass << 5)
-        / UDP(sport=4000 + klass, dport=5000)
-        / Raw(f"class={klass} seq={sequence}".encode())
+        Ether(src=HOST_MAC, dst=SWITCH_MAC)
+        / IP(src="10.0.0.1", dst="10.0.1.2", options=[tag])
+        / UDP(sport=4000 + stage_id, dport=5000)
+        / Raw(f"stage={stage_id} seq={sequence}".encode())
     )
     return bytes(packet)
 
@@ -111,17 +101,23 @@ def collect(port: LinuxPort, count: int, timeout_s: float) -> list[bytes]:
     return frames
 
 
-def test_rate_limited_port_sends_high_class_first_through_veth(netns: str) -> None:
+def test_beamer_p4_on_veth_sends_the_high_class_first(netns: str, program: CompiledProgram) -> None:
     with Switch() as switch:
         switch.add_interface(0, "sw0", netns=netns)
         switch.add_interface(1, "sw1", netns=netns)
-        switch.set_pipeline(MacPortPipeline())
+        switch.load_pipeline(program)
+        tables = switch.tables
+        tables.table_add("ipv4_lpm", {"hdr.ipv4.dstAddr": ("10.0.1.0", 24)}, "ipv4_forward",
+                         [NEXT_HOP_MAC, 1])  # fmt: skip
+        for stage_id, klass in ((1, 1), (2, 6)):
+            key = {"hdr.beamer_tag.experiment_id": 1, "hdr.beamer_tag.stage_id": stage_id}
+            tables.table_add("stage_class", key, "set_class", [klass])
         switch.set_queue_rate(rate_pps=100, port=1)
         switch.start()
         host0 = LinuxPort("h0", netns=netns)
         host1 = LinuxPort("h1", netns=netns)
         try:
-            sent = [tagged_frame(1, i) for i in range(8)] + [tagged_frame(6, i) for i in range(8)]
+            sent = [tagged_frame(1, i) for i in range(8)] + [tagged_frame(2, i) for i in range(8)]
             for frame in sent:
                 assert host0.transmit(frame, 0.0)
             received = collect(host1, len(sent), timeout_s=10.0)
@@ -133,22 +129,32 @@ def test_rate_limited_port_sends_high_class_first_through_veth(netns: str) -> No
         # Exactly what h0 sent arrived on sw0: the switch's own output was not read back.
         assert switch.counters.received_packets == len(sent)
     packets = [Ether(frame) for frame in received]
-    assert sorted(bytes(p) for p in packets) == sorted(sent)
+    assert len(packets) == len(sent)
     classes = [p[IP].tos >> 5 for p in packets]
     first_high = classes.index(6)
     # Once the port is busy, every waiting high-class packet overtakes the low ones.
     assert classes[first_high : first_high + 8] == [6] * 8
     assert all(c == 1 for c in classes[:first_high] + classes[first_high + 8 :])
-    for klass in (1, 6):
+    for p in packets:
+        assert p[Ether].dst == NEXT_HOP_MAC and p[IP].ttl == 63
+        checksum = p[IP].chksum
+        del p[IP].chksum
+        assert IP(bytes(p[IP])).chksum == checksum
+    for stage_id, klass in ((1, 1), (2, 6)):
         payloads = [bytes(p[Raw].load) for p in packets if p[IP].tos >> 5 == klass]
-        assert payloads == [f"class={klass} seq={i}".encode() for i in range(8)]
+        assert payloads == [f"stage={stage_id} seq={i}".encode() for i in range(8)]
 
 
-def test_cli_runs_on_interfaces_and_stops_cleanly_on_sigterm(netns: str) -> None:
+@pytest.mark.parametrize("with_config", [False, True], ids=["no-p4", "config"])
+def test_cli_runs_on_interfaces_and_stops_cleanly_on_sigterm(
+    netns: str, program: CompiledProgram, tmp_path: Path, with_config: bool
+) -> None:
+    config = tmp_path / "beamer.softswitch.json"
+    config.write_bytes(program.device_config())
     command = [
         "ip", "netns", "exec", netns, sys.executable, "-m", "control.cli", "switch",
         "-i", "0@sw0", "-i", "1@sw1", "--priority-queues", "8", "--queue-rate-pps", "1000",
-        "--no-p4",
+        str(config) if with_config else "--no-p4",
     ]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=REPO_ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
@@ -164,7 +170,9 @@ def test_cli_runs_on_interfaces_and_stops_cleanly_on_sigterm(netns: str) -> None
             lines.append(line)
             if "ready:" in line:
                 break
-        assert any("ready: ports 0@sw0, 1@sw1" in line for line in lines), lines
+        ready = [line for line in lines if "ready: ports 0@sw0, 1@sw1" in line]
+        assert ready, lines
+        assert (str(config) in ready[0]) == with_config
         process.send_signal(signal.SIGTERM)
         _, rest = process.communicate(timeout=30)
         assert process.returncode == 0, rest
