@@ -1,0 +1,177 @@
+"""Frontend outputs: P4Info as p4c would write it, the device config, ``beamer compile``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from control.cli import main as beamer_main
+from softswitch.frontend import CompiledProgram, CompileError, compile_file, compile_source
+from softswitch.frontend.p4info import aliases, jenkins_one_at_a_time
+from softswitch.frontend.preprocess import Preprocessor
+
+ROOT = Path(__file__).resolve().parent.parent
+BEAMER_P4 = ROOT / "p4src" / "beamer.p4"
+PROGRAMS = Path(__file__).resolve().parent / "p4progs"
+
+
+@pytest.fixture(scope="module")
+def beamer() -> CompiledProgram:
+    return compile_file(BEAMER_P4)
+
+
+def by_name(items: object) -> dict[str, object]:
+    return {item.preamble.name: item for item in items}  # type: ignore[attr-defined]
+
+
+def test_p4info_names_and_shapes_follow_p4c(beamer: CompiledProgram) -> None:
+    info = beamer.p4info
+    assert info.pkg_info.arch == "v1model"
+    tables = by_name(info.tables)
+    assert set(tables) == {
+        "MyIngress.ipv4_lpm",
+        "MyIngress.default_class",
+        "MyIngress.stage_class",
+        "MyIngress.coflow_class",
+    }
+    lpm = tables["MyIngress.ipv4_lpm"]
+    assert [(m.id, m.name, m.bitwidth, m.match_type) for m in lpm.match_fields] == [  # type: ignore[attr-defined]
+        (1, "hdr.ipv4.dstAddr", 32, p4info_pb2.MatchField.LPM)
+    ]
+    coflow = tables["MyIngress.coflow_class"]
+    assert [m.name for m in coflow.match_fields] == [  # type: ignore[attr-defined]
+        "hdr.beamer_tag.experiment_id",
+        "hdr.beamer_tag.stage_id",
+        "hdr.beamer_tag.coflow_id",
+    ]
+    assert coflow.size == 4096  # type: ignore[attr-defined]
+    assert tables["MyIngress.default_class"].size == 1024  # type: ignore[attr-defined]
+    actions = by_name(info.actions)
+    forward = actions["MyIngress.ipv4_forward"]
+    assert [(p.id, p.name, p.bitwidth) for p in forward.params] == [  # type: ignore[attr-defined]
+        (1, "dstAddr", 48),
+        (2, "port", 9),
+    ]
+    stage = tables["MyIngress.stage_class"]
+    direct = by_name(info.direct_counters)["MyIngress.stage_counter"]
+    assert direct.direct_table_id == stage.preamble.id  # type: ignore[attr-defined]
+    assert list(stage.direct_resource_ids) == [direct.preamble.id]  # type: ignore[attr-defined]
+    assert direct.spec.unit == p4info_pb2.CounterSpec.BOTH  # type: ignore[attr-defined]
+    queue = by_name(info.counters)["MyEgress.queue_counter"]
+    assert (queue.size, queue.spec.unit) == (8, p4info_pb2.CounterSpec.BOTH)  # type: ignore[attr-defined]
+
+
+def test_ids_use_p4c_prefixes_and_its_name_hash(beamer: CompiledProgram) -> None:
+    info = beamer.p4info
+    groups = [
+        (info.tables, 0x02),
+        (info.actions, 0x01),
+        (info.counters, 0x12),
+        (info.direct_counters, 0x13),
+    ]
+    for items, prefix in groups:
+        for item in items:
+            expected = prefix << 24 | (jenkins_one_at_a_time(item.preamble.name) & 0xFFFFFF)
+            assert item.preamble.id == expected, item.preamble.name
+    # Ids p4c gives these names (published in p4lang tutorials' basic.p4info).
+    assert beamer.table_ids["MyIngress.ipv4_lpm"] == 37375156
+    assert beamer.action_ids["MyIngress.ipv4_forward"] == 28792405
+    assert beamer.action_ids["NoAction"] == 21257015
+
+
+def test_aliases_are_shortest_unique_suffixes() -> None:
+    names = ["MyIngress.count", "MyEgress.count", "MyIngress.ipv4_lpm", "NoAction"]
+    assert aliases(names) == {
+        "MyIngress.count": "MyIngress.count",
+        "MyEgress.count": "MyEgress.count",
+        "MyIngress.ipv4_lpm": "ipv4_lpm",
+        "NoAction": "NoAction",
+    }
+
+
+def test_register_and_const_table_in_p4info() -> None:
+    program = compile_file(PROGRAMS / "features.p4")
+    register = by_name(program.p4info.registers)["MyIngress.last_result"]
+    assert register.preamble.id >> 24 == 0x10  # type: ignore[attr-defined]
+    assert (register.size, register.type_spec.bitstring.bit.bitwidth) == (16, 32)  # type: ignore[attr-defined]
+    ops = by_name(program.p4info.tables)["MyIngress.ops"]
+    assert ops.is_const_table and ops.has_initial_entries  # type: ignore[attr-defined]
+    assert ops.match_fields[0].match_type == p4info_pb2.MatchField.TERNARY  # type: ignore[attr-defined]
+
+
+def test_device_config_round_trip_and_fingerprint(beamer: CompiledProgram) -> None:
+    config = beamer.device_config()
+    document = json.loads(config)
+    assert (document["format"], document["version"], document["program"]) == (
+        "beamer-softswitch",
+        1,
+        "beamer.p4",
+    )
+    loaded = CompiledProgram.from_device_config(config, beamer.p4info)
+    assert loaded.p4info == beamer.p4info
+    other = compile_file(PROGRAMS / "basic.p4")
+    with pytest.raises(CompileError, match="P4Info does not belong"):
+        CompiledProgram.from_device_config(config, other.p4info)
+    document["p4info_sha256"] = "0" * 64
+    with pytest.raises(CompileError, match="fingerprint does not match"):
+        CompiledProgram.from_device_config(json.dumps(document).encode())
+    with pytest.raises(CompileError, match="not JSON"):
+        CompiledProgram.from_device_config(b"\xff{")
+    with pytest.raises(CompileError, match="not a beamer-softswitch config"):
+        CompiledProgram.from_device_config(b'{"format": "bmv2"}')
+
+
+def test_preprocessor_defines_ifdefs_and_include_once(tmp_path: Path) -> None:
+    (tmp_path / "lib.p4").write_text("#define WIDTH 8\nconst bit<WIDTH> LIB = 1;\n")
+    source = (
+        '#include "lib.p4"\n#ifdef WIDTH\nconst bit<WIDTH> A = 2;\n#else\nbroken\n#endif\n'
+        "#ifndef WIDTH\nbroken\n#endif\n/* #define WIDTH 16 */\n"
+    )
+    lines = Preprocessor().run_text(source, "main.p4", tmp_path, 0)
+    text = "\n".join(line.text for line in lines)
+    assert "const bit<8> A = 2;" in text and "broken" not in text
+    assert "const bit<8> LIB = 1;" in text
+    origin = next(line for line in lines if "LIB" in line.text)
+    assert (Path(origin.file).name, origin.number) == ("lib.p4", 2)
+    with pytest.raises(CompileError, match=r"main\.p4:1:1: unsupported preprocessor directive #if"):
+        Preprocessor().run_text("#if 1\n#endif\n", "main.p4", tmp_path, 0)
+    with pytest.raises(CompileError, match="function-like macros are not supported"):
+        Preprocessor().run_text("#define F(x) x\n", "main.p4", tmp_path, 0)
+
+
+def test_compile_command_writes_both_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "build"
+    assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out), "--no-p4c"]) == 0
+    info = p4info_pb2.P4Info()
+    text_format.Parse((out / "beamer.p4info.txtpb").read_text(), info)
+    program = CompiledProgram.from_device_config(
+        (out / "beamer.softswitch.json").read_bytes(), info
+    )
+    assert program.p4info == info
+    assert sorted(path.name for path in out.iterdir()) == [
+        "beamer.p4info.txtpb",
+        "beamer.softswitch.json",
+    ]
+
+
+def test_compile_command_reports_errors_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = tmp_path / "wrong.p4"
+    wrong.write_text("#include <v1model.p4>\nheader h_t { bit<8> a }\n")
+    out = tmp_path / "build"
+    assert beamer_main(["compile", str(wrong), "--out", str(out), "--no-p4c"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"beamer: error: {wrong}:2:23: expected ';', found '}}'"
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_compile_source_reports_its_own_file_name() -> None:
+    with pytest.raises(CompileError, match=r"^x\.p4:1:5: expected a name, found end of input"):
+        compile_source("junk", "x.p4")

@@ -1,0 +1,233 @@
+"""Tutorial-style programs and the feature program run on the pipeline (v1model semantics)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from softswitch.frontend import CompiledProgram, compile_file
+from softswitch.pipeline import DROP_PORT, Pipeline
+from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
+
+PROGRAMS = Path(__file__).resolve().parent / "p4progs"
+
+
+def load(name: str) -> tuple[CompiledProgram, Pipeline]:
+    program = compile_file(PROGRAMS / name)
+    return program, Pipeline(program)
+
+
+def checksum_is_valid(ip: IP) -> bool:
+    copy = IP(bytes(ip))
+    stored = copy.chksum
+    del copy.chksum
+    return IP(bytes(copy)).chksum == stored
+
+
+# ----------------------------------------------------------------------------- basic.p4
+
+
+@pytest.fixture(scope="module")
+def basic() -> tuple[CompiledProgram, Pipeline]:
+    program, pipeline = load("basic.p4")
+    pipeline.runtime.insert_entry(
+        program.table_ids["MyIngress.ipv4_lpm"],
+        TableEntry(
+            {1: LpmMatch(0x0A000200, 24)},
+            ActionCall(program.action_ids["MyIngress.ipv4_forward"], (0x080000000222, 2)),
+        ),
+    )
+    return program, pipeline
+
+
+def test_basic_forwards_by_lpm_with_mac_rewrite_and_valid_checksum(
+    basic: tuple[CompiledProgram, Pipeline],
+) -> None:
+    _program, pipeline = basic
+    sent = (
+        Ether(src="08:00:00:00:01:11", dst="08:00:00:00:02:00")
+        / IP(src="10.0.1.1", dst="10.0.2.2", ttl=30)
+        / TCP()
+        / Raw(b"hello")
+    )
+    [(port, priority, data)] = pipeline.process(1, bytes(sent))
+    out = Ether(data)
+    assert (port, priority) == (2, 0)
+    assert (out.src, out.dst) == ("08:00:00:00:02:00", "08:00:00:00:02:22")
+    assert out[IP].ttl == 29
+    assert checksum_is_valid(out[IP])
+    assert bytes(out[TCP]) == bytes(sent[TCP])
+
+
+def test_basic_drops_misses_and_non_ip(basic: tuple[CompiledProgram, Pipeline]) -> None:
+    _program, pipeline = basic
+    miss = Ether() / IP(dst="10.9.9.9") / TCP()
+    assert pipeline.process(1, bytes(miss)) == []
+    non_ip = bytes(Ether(type=0x88CC) / Raw(b"\0" * 50))
+    assert pipeline.process(1, non_ip) == []
+
+
+def test_ingress_returns_queued_and_egress_deparses(
+    basic: tuple[CompiledProgram, Pipeline],
+) -> None:
+    _program, pipeline = basic
+    sent = bytes(Ether() / IP(dst="10.0.2.9", ttl=5) / Raw(b"x" * 30))
+    [queued] = pipeline.ingress(4, sent)
+    assert (queued.egress_port, queued.priority, queued.length_bytes) == (2, 0, len(sent))
+    assert queued.ingress_port == 4
+    data = pipeline.egress(queued, enq_qdepth=3)
+    assert data is not None and Ether(data)[IP].ttl == 4
+
+
+# ----------------------------------------------------------------------------- tunnel.p4
+
+
+@pytest.fixture(scope="module")
+def tunnel() -> tuple[CompiledProgram, Pipeline]:
+    program, pipeline = load("tunnel.p4")
+    runtime = pipeline.runtime
+    runtime.insert_entry(
+        program.table_ids["MyIngress.tunnel_exact"],
+        TableEntry(
+            {1: ExactMatch(7)}, ActionCall(program.action_ids["MyIngress.tunnel_forward"], (5,))
+        ),
+    )
+    runtime.insert_entry(
+        program.table_ids["MyIngress.ipv4_lpm"],
+        TableEntry(
+            {1: LpmMatch(0x0A000000, 8)},
+            ActionCall(program.action_ids["MyIngress.ipv4_forward"], (0x0A0A0A0A0A0A, 3)),
+        ),
+    )
+    return program, pipeline
+
+
+def tunnel_frame(dst_id: int, proto: int = 0x0800) -> bytes:
+    inner = bytes(IP(src="10.0.0.1", dst="10.0.0.2", ttl=9) / Raw(b"inner"))
+    return bytes(Ether(type=0x1212)) + struct.pack("!HH", proto, dst_id) + inner
+
+
+def test_tunnel_switches_on_the_tunnel_id_and_leaves_the_inner_packet(
+    tunnel: tuple[CompiledProgram, Pipeline],
+) -> None:
+    program, pipeline = tunnel
+    sent = tunnel_frame(7)
+    [(port, _prio, data)] = pipeline.process(1, sent)
+    assert port == 5
+    assert data == sent  # tunnel switching rewrites nothing
+    counters = pipeline.runtime.read_counter(program.counter_ids["MyIngress.tunnel_counter"], 7)
+    assert (counters[0].packet_count, counters[0].byte_count) == (1, len(sent))
+
+
+def test_tunnel_unknown_id_dropped_and_plain_ipv4_routed(
+    tunnel: tuple[CompiledProgram, Pipeline],
+) -> None:
+    _program, pipeline = tunnel
+    assert pipeline.process(1, tunnel_frame(8)) == []
+    plain = bytes(Ether() / IP(dst="10.1.2.3", ttl=3) / Raw(b"p"))
+    [(port, _prio, data)] = pipeline.process(1, plain)
+    assert port == 3
+    assert Ether(data)[IP].ttl == 2 and checksum_is_valid(Ether(data)[IP])
+
+
+def test_tunnel_with_non_ip_payload_is_still_switched(
+    tunnel: tuple[CompiledProgram, Pipeline],
+) -> None:
+    _program, pipeline = tunnel
+    sent = tunnel_frame(7, proto=0x86DD)
+    assert pipeline.process(1, sent) == [(5, 0, sent)]
+
+
+# ----------------------------------------------------------------------------- features.p4
+
+
+def op_frame(opcode: int, a: int, b: int, flags: int = 0) -> bytes:
+    return (
+        bytes.fromhex("020202020202040404040404") + b"\x88\xb5"
+        + struct.pack("!BBHHI", opcode, flags, a, b, 0) + b"tail"
+    )  # fmt: skip
+
+
+def op_fields(data: bytes) -> tuple[int, int, int, int, int]:
+    opcode, flags, a, b, result = struct.unpack("!BBHHI", data[14:24])
+    return opcode, flags, a, b, result
+
+
+@pytest.fixture
+def features() -> tuple[CompiledProgram, Pipeline]:
+    return load("features.p4")
+
+
+def test_ternary_const_entries_and_arithmetic(features: tuple[CompiledProgram, Pipeline]) -> None:
+    _program, pipeline = features
+    [(port, _prio, data)] = pipeline.process(6, op_frame(0x01, 0xFFF0, 0x0020))
+    assert port == 7  # ingress_port ^ 1
+    assert op_fields(data)[4] == 0x0010  # wraps at 16 bits
+    [(_port, _prio, data)] = pipeline.process(6, op_frame(0x01, 0xFFF0, 0x0020, flags=1))
+    assert op_fields(data)[4] == 0xFFFF  # saturating |+|
+    assert data[6:12] == (1).to_bytes(6, "big")  # switch on action_run took the do_add arm
+    assert data.endswith(b"tail")
+
+
+def test_concat_slices_and_register_memory(features: tuple[CompiledProgram, Pipeline]) -> None:
+    _program, pipeline = features
+    [(_port, _prio, data)] = pipeline.process(0, op_frame(0x02, 0x1234, 0x5678))
+    _op, _flags, a, b, result = op_fields(data)
+    assert (a, b, result) == (0x1234, 0x3412, 0x12345678)
+    # The register slot a[3:0] = 4 remembers the result; the next op in that slot reads it.
+    [(_port, _prio, data)] = pipeline.process(0, op_frame(0x07, 0x0004, 0))
+    assert int.from_bytes(data[6:12], "big") == 0x12345678
+
+
+def test_hashes_match_their_definitions(features: tuple[CompiledProgram, Pipeline]) -> None:
+    _program, pipeline = features
+    a, b = 0xBEEF, 0x0102
+    data_bytes = struct.pack("!HH", a, b)
+    [(_p, _q, crc)] = pipeline.process(0, op_frame(0x11, a, b))
+    assert op_fields(crc)[4] == zlib.crc32(data_bytes)
+    csum = ~((a + b) % 0xFFFF) & 0xFFFF
+    [(_p, _q, c16)] = pipeline.process(0, op_frame(0x12, a, b))
+    assert op_fields(c16)[4] == 0x10000 + csum
+    # 0x13 falls through the exact-looking entries to the 0x10 &&& 0xF0 entry.
+    [(_p, _q, c16b)] = pipeline.process(0, op_frame(0x13, a, b))
+    assert op_fields(c16b)[4] == csum
+
+
+def test_table_miss_hit_and_control_plane_entry(features: tuple[CompiledProgram, Pipeline]) -> None:
+    program, pipeline = features
+    [(_p, _q, data)] = pipeline.process(0, op_frame(0x30, 0x0009, 0))
+    assert op_fields(data)[1] & 0x40 == 0  # marked_slots missed
+    pipeline.runtime.insert_entry(
+        program.table_ids["MyIngress.marked_slots"],
+        TableEntry({1: ExactMatch(9)}, ActionCall(program.action_ids["NoAction"])),
+    )
+    [(_p, _q, data)] = pipeline.process(0, op_frame(0x30, 0x0009, 0))
+    assert op_fields(data)[1] & 0x40 == 0x40
+
+
+def test_exit_drop_setinvalid_and_parser_errors(features: tuple[CompiledProgram, Pipeline]) -> None:
+    _program, pipeline = features
+    assert pipeline.process(0, op_frame(0xFF, 1, 1)) == []  # mark_to_drop then exit
+    [(_p, _q, stripped)] = pipeline.process(0, op_frame(0xEE, 1, 1))
+    assert stripped == bytes.fromhex("020202020202040404040404") + b"\x08\x00tail"
+    assert pipeline.process(0, op_frame(0x01, 1, 1, flags=0x80)) == []  # verify() failed
+    assert pipeline.process(0, op_frame(0x01, 1, 1)[:20]) == []  # truncated op header
+    other = bytes.fromhex("020202020202040404040404") + b"\x08\x06" + b"\0" * 28
+    assert pipeline.process(2, other) == [(3, 0, other)]  # no op header: forwarded unchanged
+
+
+def test_drop_port_is_511() -> None:
+    assert DROP_PORT == 511
+
+
+def test_generated_source_is_exposed_for_debugging(
+    features: tuple[CompiledProgram, Pipeline],
+) -> None:
+    _program, pipeline = features
+    assert "def run_ingress(" in pipeline.generated_source
