@@ -35,6 +35,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from control.entries import (
+    ClassEntries,
     ClassPlan,
     EntryMap,
     PipelineLayout,
@@ -126,6 +127,21 @@ class _Coflow:
     by_port: dict[int, float]
     num_flows: int
     sent_bytes: float = 0.0
+    view: CoflowState | None = None
+    """The policy's view, rebuilt only when progress changes it."""
+
+    def state(self) -> CoflowState:
+        if self.view is None:
+            left = 1.0 - self.sent_bytes / self.total_bytes if self.total_bytes else 0.0
+            self.view = CoflowState(
+                key=self.key,
+                arrival_s=self.arrival_s,
+                total_bytes=self.total_bytes,
+                sent_bytes=self.sent_bytes,
+                remaining_by_port={p: b * left for p, b in self.by_port.items()},
+                num_flows=self.num_flows,
+            )
+        return self.view
 
 
 class ScheduleState:
@@ -342,22 +358,10 @@ class ScheduleState:
             share = new_bytes / len(members)
             for coflow in members:
                 coflow.sent_bytes = min(coflow.total_bytes, coflow.sent_bytes + share)
+                coflow.view = None
 
     def snapshot(self, now_s: float) -> Snapshot:
-        coflows = []
-        for key in sorted(self.coflows):
-            c = self.coflows[key]
-            left = 1.0 - c.sent_bytes / c.total_bytes if c.total_bytes else 0.0
-            coflows.append(
-                CoflowState(
-                    key=key,
-                    arrival_s=c.arrival_s,
-                    total_bytes=c.total_bytes,
-                    sent_bytes=c.sent_bytes,
-                    remaining_by_port={p: b * left for p, b in c.by_port.items()},
-                    num_flows=c.num_flows,
-                )
-            )
+        coflows = [self.coflows[key].state() for key in sorted(self.coflows)]
         experiments = {}
         for e_id, record in self.experiments.items():
             if record.stage_index < 0:
@@ -558,6 +562,7 @@ class Controller(EventHandler):
                 raise UserError(f"switch {spec.name}: the pipeline does not fit: {error}") from None
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
+        self._class_entries = ClassEntries(self.layout)
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
             self._replay(self.journal)
@@ -677,6 +682,7 @@ class Controller(EventHandler):
             coflow_table_size=names.table(layout.coflow_table).size or 1024,
             stage_table_size=names.table(layout.stage_table).size or 1024,
             idle_stage_classes=idle,
+            factory=self._class_entries,
         )
         self._stage_memory.update(self.plan.stage_classes)
         phase["plan"] += time.perf_counter() - planned_at

@@ -39,19 +39,16 @@ MAX_UPDATES_PER_WRITE = 1000
 # --- entries by name --------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Exact:
+class Exact(NamedTuple):
     value: int
 
 
-@dataclass(frozen=True, slots=True)
-class Lpm:
+class Lpm(NamedTuple):
     value: int
     prefix_len: int
 
 
-@dataclass(frozen=True, slots=True)
-class Ternary:
+class Ternary(NamedTuple):
     value: int
     mask: int
 
@@ -59,9 +56,12 @@ class Ternary:
 MatchValue = Exact | Lpm | Ternary
 
 
-@dataclass(frozen=True, slots=True)
-class EntryKey:
-    """What identifies an entry in P4Runtime: table, match and priority."""
+class EntryKey(NamedTuple):
+    """What identifies an entry in P4Runtime: table, match and priority.
+
+    Tuples, not dataclasses: keys are hashed and compared by the thousand on every
+    event, and tuple hashing runs in C.
+    """
 
     table: str
     match: tuple[tuple[str, MatchValue], ...]
@@ -71,17 +71,16 @@ class EntryKey:
         parts = []
         for name, value in self.match:
             short = name.rsplit(".", 1)[-1]
-            if isinstance(value, Exact):
-                parts.append(f"{short}={value.value}")
-            elif isinstance(value, Lpm):
+            if isinstance(value, Lpm):
                 parts.append(f"{short}={value.value:#x}/{value.prefix_len}")
-            else:
+            elif isinstance(value, Ternary):
                 parts.append(f"{short}={value.value:#x}&{value.mask:#x}")
+            else:
+                parts.append(f"{short}={value.value}")
         return f"{self.table.rsplit('.', 1)[-1]}[{', '.join(parts)}]"
 
 
-@dataclass(frozen=True, slots=True)
-class ActionCall:
+class ActionCall(NamedTuple):
     name: str
     params: tuple[tuple[str, int], ...] = ()
 
@@ -194,6 +193,43 @@ def coflow_entry(
     )
 
 
+class ClassEntries:
+    """Stage and coflow entries of one layout, built once and reused: the same keys and
+    class actions recur on every event, and building them is most of planning's cost."""
+
+    MAX_CACHED = 200_000
+    """Coflow keys are new every iteration; past this many the cache starts afresh."""
+
+    def __init__(self, layout: PipelineLayout) -> None:
+        self.layout = layout
+        self._stage_keys: dict[StageKey, EntryKey] = {}
+        self._coflow_keys: dict[CoflowKey, EntryKey] = {}
+        self._stage_actions = {
+            k: ActionCall(layout.stage_action, ((layout.class_param, k),)) for k in range(256)
+        }
+        self._coflow_actions = {
+            k: ActionCall(layout.coflow_action, ((layout.class_param, k),)) for k in range(256)
+        }
+
+    def stage(self, stage: StageKey, klass: int) -> tuple[EntryKey, ActionCall]:
+        key = self._stage_keys.get(stage)
+        if key is None:
+            if len(self._stage_keys) > self.MAX_CACHED:
+                self._stage_keys.clear()
+            key = stage_entry(self.layout, stage, 0)[0]
+            self._stage_keys[stage] = key
+        return key, self._stage_actions[klass]
+
+    def coflow(self, coflow: CoflowKey, klass: int) -> tuple[EntryKey, ActionCall]:
+        key = self._coflow_keys.get(coflow)
+        if key is None:
+            if len(self._coflow_keys) > self.MAX_CACHED:
+                self._coflow_keys.clear()
+            key = coflow_entry(self.layout, coflow, 0)[0]
+            self._coflow_keys[coflow] = key
+        return key, self._coflow_actions[klass]
+
+
 def forwarding_entries(layout: PipelineLayout, routes: Iterable[Route]) -> EntryMap:
     """One ``ipv4_lpm`` entry per route of one switch."""
     entries: EntryMap = {}
@@ -237,26 +273,39 @@ def plan_classes(
     coflow_table_size: int,
     stage_table_size: int,
     idle_stage_classes: Mapping[StageKey, int] | None = None,
+    factory: ClassEntries | None = None,
 ) -> ClassPlan:
     """Desired classification entries for coflows in rank order (most urgent first).
 
     ``idle_stage_classes``: stages still running but without an active coflow right
     now keep the class they had, so an iteration boundary does not churn entries.
     """
+    entries_of = factory if factory is not None else ClassEntries(layout)
+    # One pass, plain dicts: this runs on every event over every active coflow.
     by_stage: dict[StageKey, list[tuple[CoflowKey, int]]] = {}
-    for coflow, klass in ranked:
-        by_stage.setdefault(StageKey(coflow.experiment_id, coflow.stage_id), []).append(
-            (coflow, klass)
-        )
+    for item in ranked:
+        coflow = item[0]
+        stage = StageKey(coflow[0], coflow[1])
+        members = by_stage.get(stage)
+        if members is None:
+            by_stage[stage] = [item]
+        else:
+            members.append(item)
     stage_classes: dict[StageKey, int] = {}
     wanted_overrides: dict[StageKey, list[tuple[CoflowKey, int]]] = {}
     for stage, members in by_stage.items():
-        counts = Counter(klass for _, klass in members)
+        if len(members) == 1:
+            stage_classes[stage] = members[0][1]
+            continue
+        counts: dict[int, int] = {}
+        for _, klass in members:
+            counts[klass] = counts.get(klass, 0) + 1
         top = max(counts.values())
         # Ties go to the class met first in rank order, i.e. the most urgent one.
-        klass = next(k for _, k in members if counts[k] == top)
-        stage_classes[stage] = klass
-        wanted_overrides[stage] = [(c, k) for c, k in members if k != klass]
+        chosen = next(k for _, k in members if counts[k] == top)
+        stage_classes[stage] = chosen
+        if top < len(members):
+            wanted_overrides[stage] = [(c, k) for c, k in members if k != chosen]
     for stage, klass in (idle_stage_classes or {}).items():
         stage_classes.setdefault(stage, klass)
 
@@ -264,7 +313,7 @@ def plan_classes(
     dropped = tuple(list(stage_classes)[stage_table_size:])
     entries: EntryMap = {}
     for stage in kept_stages:
-        key, action = stage_entry(layout, stage, stage_classes[stage])
+        key, action = entries_of.stage(stage, stage_classes[stage])
         entries[key] = action
 
     overrides: dict[CoflowKey, int] = {}
@@ -280,7 +329,7 @@ def plan_classes(
         room -= len(wanted)
         for coflow, klass in wanted:
             overrides[coflow] = klass
-            key, action = coflow_entry(layout, coflow, klass)
+            key, action = entries_of.coflow(coflow, klass)
             entries[key] = action
     return ClassPlan(
         entries=entries,

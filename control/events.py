@@ -385,6 +385,12 @@ class _RequestHandler(http.server.BaseHTTPRequestHandler):
         """Quiet: the controller logs what matters itself."""
 
 
+class _TcpRequestHandler(_RequestHandler):
+    # Replies are written as headers then body; without this, Nagle's algorithm and the
+    # peer's delayed ACK hold the body back ~40 ms on every keep-alive request.
+    disable_nagle_algorithm = True
+
+
 class _TcpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -403,7 +409,8 @@ class EventServer:
         tcp_addr: str | None = "127.0.0.1:0",
         unix_path: str | Path | None = None,
     ) -> None:
-        request_class = type("BoundHandler", (_RequestHandler,), {"handler": handler})
+        tcp_class = type("BoundTcpHandler", (_TcpRequestHandler,), {"handler": handler})
+        unix_class = type("BoundUnixHandler", (_RequestHandler,), {"handler": handler})
         self._servers: list[socketserver.BaseServer] = []
         self._threads: list[threading.Thread] = []
         self.unix_path = Path(unix_path) if unix_path is not None else None
@@ -411,12 +418,12 @@ class EventServer:
         try:
             if tcp_addr is not None:
                 host, port = parse_hostport(tcp_addr)
-                tcp = _TcpServer((host, port), request_class)
+                tcp = _TcpServer((host, port), tcp_class)
                 self.tcp_address = (host, tcp.server_address[1])
                 self._servers.append(tcp)
             if self.unix_path is not None:
                 _remove_stale_socket(self.unix_path)
-                self._servers.append(_UnixServer(str(self.unix_path), request_class))
+                self._servers.append(_UnixServer(str(self.unix_path), unix_class))
         except OSError as error:
             self.stop()
             where = unix_path if unix_path is not None and tcp_addr is None else tcp_addr
