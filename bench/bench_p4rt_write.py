@@ -1,6 +1,6 @@
 """Batched Write throughput of the embedded P4Runtime server, and what protobuf costs.
 
-Inserts, modifies and deletes coflow entries of beamer.p4's ``coflow_class`` table in
+Inserts, modifies, reads back and deletes coflow entries of beamer.p4's ``coflow_class`` table in
 batched WriteRequests over loopback gRPC, and reports entries per second (median of
 runs). The same entries written straight into the runtime state (no protobuf, no gRPC)
 are the reference, measured in the same run. Separately it times serialising and
@@ -115,8 +115,8 @@ def grpc_rates(
     config.config.p4_device_config = program.device_config()
     stub.SetForwardingPipelineConfig(config)
 
-    # Requests go out pre-serialised, so the figures are the server's (the client's
-    # pure-Python serialisation is measured apart, and once end to end).
+    # Requests go out pre-serialised and replies stay unparsed, so the figures are the
+    # server's (the client's pure-Python protobuf costs are measured apart).
     raw_write = channel.unary_unary(
         "/p4.v1.P4Runtime/Write",
         request_serializer=None,
@@ -132,17 +132,30 @@ def grpc_rates(
     samples: dict[str, list[float]] = {
         "insert": [],
         "modify": [],
+        "read": [],
         "delete": [],
         "insert_with_client_serialization": [],
     }
+    read_all = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID)
+    read_all.entities.add().table_entry.table_id = ids.table_id
+    raw_read = channel.unary_stream(
+        "/p4.v1.P4Runtime/Read",
+        request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+        response_deserializer=None,
+    )
     try:
         for _ in range(repeats):
             for name, kind in (
                 ("insert", Update.INSERT),
                 ("modify", Update.MODIFY),
+                ("read", None),
                 ("delete", Update.DELETE),
             ):
-                seconds = timed(partial(_write_all, raw_write, wire[kind]))
+                if kind is None:
+                    _read_count(stub, read_all, entries)  # parsed once, to check the reply
+                    seconds = timed(partial(_read_raw, raw_read, read_all))
+                else:
+                    seconds = timed(partial(_write_all, raw_write, wire[kind]))
                 samples[name].append(entries / seconds)
             seconds = timed(partial(_write_all, stub.Write, plans[Update.INSERT]))
             samples["insert_with_client_serialization"].append(entries / seconds)
@@ -159,6 +172,17 @@ def grpc_rates(
 def _write_all(call: Callable[[Any], object], requests: list[Any]) -> None:
     for request in requests:
         call(request)
+
+
+def _read_count(stub: Any, request: Any, expected: int) -> None:
+    count = sum(len(reply.entities) for reply in stub.Read(request))
+    if count != expected:
+        raise RuntimeError(f"read {count} entries, expected {expected}")
+
+
+def _read_raw(call: Callable[[Any], Iterator[bytes]], request: Any) -> None:
+    for _reply in call(request):
+        pass
 
 
 def direct_insert_rate(program: CompiledProgram, ids: Ids, entries: int, repeats: int) -> float:

@@ -170,13 +170,6 @@ def key_to_proto(
             out.optional.value = encode_unsigned(match.value)
 
 
-def action_to_proto(index: P4InfoIndex, call: ActionCall, action: p4runtime_pb2.Action) -> None:
-    action.action_id = call.action_id
-    param_ids = index.actions[call.action_id].params if call.action_id in index.actions else {}
-    for param_id, value in zip(param_ids, call.params, strict=False):
-        action.params.add(param_id=param_id, value=encode_unsigned(value))
-
-
 def array_index(size: int, entry_index: int, name: str) -> int:
     """Check an index into an array of ``size`` cells (negative: INVALID_ARGUMENT)."""
     if entry_index < 0:

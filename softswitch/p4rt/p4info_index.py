@@ -74,7 +74,11 @@ class ParamInfo:
 class ActionInfo:
     action_id: int
     name: str
-    params: dict[int, ParamInfo]
+    params: dict[int, ParamInfo]  # in P4Info order, the order of runtime arguments
+    param_ids: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "param_ids", tuple(self.params))
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from typing import TypeAlias
 
 from p4.v1 import p4runtime_pb2
 
+from softswitch.p4rt import encode
 from softswitch.p4rt.bytestrings import encode_unsigned
 from softswitch.p4rt.entries import (
-    action_to_proto,
     array_index,
     key_to_proto,
     parse_key,
@@ -29,17 +29,24 @@ from softswitch.runtime import TableEntry as RuntimeEntry
 Entity: TypeAlias = p4runtime_pb2.Entity
 
 
-def read_entity(active: ActivePipeline, entity: p4runtime_pb2.Entity) -> list[Entity]:
-    """Every entity ``entity`` selects; raises P4RuntimeError for a bad request."""
+def read_entity(active: ActivePipeline, entity: p4runtime_pb2.Entity) -> list[bytes]:
+    """Every entity ``entity`` selects, serialised; raises P4RuntimeError for a bad request.
+
+    Table entries are encoded straight to wire bytes (``encode``); the rest via protobuf.
+    """
     kind = entity.WhichOneof("entity")
     if kind == "table_entry":
         return _read_table_entries(active, entity.table_entry)
     if kind == "counter_entry":
-        return _read_counter_entries(active, entity.counter_entry)
-    if kind == "direct_counter_entry":
-        return _read_direct_counter_entries(active, entity.direct_counter_entry)
-    if kind == "register_entry":
-        return _read_register_entries(active, entity.register_entry)
+        found = _read_counter_entries(active, entity.counter_entry)
+    elif kind == "direct_counter_entry":
+        found = _read_direct_counter_entries(active, entity.direct_counter_entry)
+    elif kind == "register_entry":
+        found = _read_register_entries(active, entity.register_entry)
+    else:
+        found = None
+    if found is not None:
+        return [message.SerializeToString() for message in found]
     if kind is None:
         raise invalid("the entity to read is not set (wildcards need a typed entity)")
     raise unimplemented(f"{kind} is not supported by this target")
@@ -50,33 +57,35 @@ def _counter_proto(data: CounterData, out: p4runtime_pb2.CounterData) -> None:
     out.packet_count = data.packet_count
 
 
-def _entry_proto(
+def _entry_bytes(
     active: ActivePipeline, table: TableInfo, entry: RuntimeEntry, with_counter: bool
-) -> Entity:
-    result = Entity()
-    out = result.table_entry
-    key_to_proto(table.table_id, entry.matches, entry.priority, out)
-    action_to_proto(active.index, entry.action, out.action.action)
-    out.controller_metadata = entry.controller_metadata
-    out.metadata = entry.metadata
-    out.is_const = entry.is_const
-    if with_counter and table.direct_counter_id is not None:
-        _counter_proto(entry.counter, out.counter_data)
-    return result
+) -> bytes:
+    call = entry.action
+    info = active.index.actions.get(call.action_id)
+    return encode.table_entry_entity(
+        table.table_id,
+        entry.matches,
+        encode.action(call, info.param_ids if info is not None else ()),
+        priority=entry.priority,
+        controller_metadata=entry.controller_metadata,
+        counter=entry.counter if with_counter and table.direct_counter_id is not None else None,
+        metadata=entry.metadata,
+        is_const=entry.is_const,
+    )
 
 
-def _default_proto(
+def _default_bytes(
     active: ActivePipeline, table: TableInfo, state: TableState, with_counter: bool
-) -> Entity:
-    result = Entity()
-    out = result.table_entry
-    out.table_id = table.table_id
-    out.is_default_action = True
-    if state.default_action.action_id:
-        action_to_proto(active.index, state.default_action, out.action.action)
-    if with_counter and table.direct_counter_id is not None:
-        _counter_proto(state.default_counter, out.counter_data)
-    return result
+) -> bytes:
+    call = state.default_action
+    info = active.index.actions.get(call.action_id)
+    action_bytes = None
+    if call.action_id and info is not None:
+        action_bytes = encode.action(call, info.param_ids)
+    counter = state.default_counter if with_counter and table.direct_counter_id else None
+    return encode.table_entry_entity(
+        table.table_id, {}, action_bytes, counter=counter, is_default_action=True
+    )
 
 
 def _selected_entries(
@@ -102,7 +111,7 @@ def _selected_entries(
         yield entry
 
 
-def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntry) -> list[Entity]:
+def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntry) -> list[bytes]:
     with_counter = request.HasField("counter_data")
     if request.table_id == 0:
         if len(request.match) or request.is_default_action or request.HasField("action"):
@@ -110,16 +119,16 @@ def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntr
         tables = [table_info(active.index, table_id) for table_id in active.index.tables]
     else:
         tables = [table_info(active.index, request.table_id)]
-    results: list[Entity] = []
+    results: list[bytes] = []
     for table in tables:
         state = active.runtime.table(table.table_id)
         if request.is_default_action:
             if len(request.match) or request.priority:
                 raise invalid("the default entry takes no match and no priority")
-            results.append(_default_proto(active, table, state, with_counter))
+            results.append(_default_bytes(active, table, state, with_counter))
             continue
         for entry in _selected_entries(table, state, request):
-            results.append(_entry_proto(active, table, entry, with_counter))
+            results.append(_entry_bytes(active, table, entry, with_counter))
     return results
 
 

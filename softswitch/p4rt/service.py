@@ -14,6 +14,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from softswitch.p4rt import encode
 from softswitch.p4rt.arbitration import (
     Arbitrator,
     ClientStream,
@@ -95,8 +96,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def Read(
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
-    ) -> Iterator[p4runtime_pb2.ReadResponse]:
-        results: list[p4runtime_pb2.Entity] = []
+    ) -> Iterator[bytes]:
+        """Stream the selected entities; replies go out as wire bytes (see ``encode``)."""
+        results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
         try:
             if request.device_id != self.device_id:
@@ -113,7 +115,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         for start in range(0, len(results), READ_CHUNK_ENTITIES):
-            yield p4runtime_pb2.ReadResponse(entities=results[start : start + READ_CHUNK_ENTITIES])
+            yield encode.read_response(results[start : start + READ_CHUNK_ENTITIES])
         if any(error is not None for error in errors):
             count = sum(error is not None for error in errors)
             abort_with_batch_status(
@@ -246,7 +248,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 
 def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
-    """Register the P4Runtime service; Write gets its request undecoded, for ``wire``."""
+    """Register the P4Runtime service; Write takes and Read sends raw wire bytes."""
     pb = p4runtime_pb2
     handlers = {
         "Write": grpc.unary_unary_rpc_method_handler(
@@ -257,7 +259,7 @@ def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
         "Read": grpc.unary_stream_rpc_method_handler(
             servicer.Read,
             request_deserializer=pb.ReadRequest.FromString,
-            response_serializer=pb.ReadResponse.SerializeToString,
+            response_serializer=None,
         ),
         "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
             servicer.SetForwardingPipelineConfig,
