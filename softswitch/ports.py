@@ -41,7 +41,7 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Kernel buffer per socket, so short bursts wait in the kernel instead of being lost."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Departure:
     """A frame a port emitted and when its transmission started (switch clock)."""
 

@@ -274,64 +274,76 @@ class Switch:
         """Inject ``frame`` as if it arrived on ``port`` now, and send what is due."""
         now_s = self.clock.now_s()
         with self._lock:
-            self._ingress(port, frame, now_s)
-            self._service(now_s)
+            for egress in self._ingress(port, frame, now_s):
+                # Other ports were served up to now already (advance / the loop).
+                self._drain(egress, now_s)
         if self._thread is not None:
             self._wake()
 
-    def _ingress(self, ingress_port: int, frame: bytes, now_s: float) -> None:
+    def _ingress(
+        self, ingress_port: int, frame: bytes, now_s: float
+    ) -> list[EgressPort[QueuedPacket]]:
+        """Run ingress and enqueue; returns the egress ports that got a packet."""
         counters = self.counters
         counters.received_packets += 1
         pipeline = self._pipeline
         if pipeline is None:
             counters.no_pipeline_drops += 1
-            return
+            return []
         try:
             copies = pipeline.ingress(ingress_port, frame)
         except Exception:
             counters.pipeline_errors += 1
-            log.exception(
-                "ingress failed on a %d-byte frame from port %d", len(frame), ingress_port
-            )
-            return
+            log.exception("ingress failed: %d-byte frame from port %d", len(frame), ingress_port)
+            return []
         if not copies:
             counters.ingress_drops += 1
-            return
+            return []
         ports = self.traffic_manager.ports
+        touched = []
         for queued in copies:
             egress = ports.get(queued.egress_port)
             if egress is None:
                 counters.unknown_port_drops += 1
                 continue
             outcome = egress.enqueue(queued, queued.priority, queued.length_bytes, now_s)
-            if outcome is EnqueueOutcome.TAIL_DROP:
+            if outcome is EnqueueOutcome.QUEUED:
+                touched.append(egress)
+            elif outcome is EnqueueOutcome.TAIL_DROP:
                 counters.tail_drops += 1
-            elif outcome is EnqueueOutcome.PRIORITY_OUT_OF_RANGE:
+            else:
                 counters.priority_drops += 1
+        return touched
 
     def _service(self, now_s: float) -> None:
         """Run egress for every packet whose transmission may start by ``now_s``."""
+        for egress in self.traffic_manager.ports.values():
+            if egress.backlog_packets:
+                self._drain(egress, now_s)
+
+    def _drain(self, egress: EgressPort[QueuedPacket], now_s: float) -> None:
+        """Send what ``egress`` may start by ``now_s``: egress pipeline, then the wire."""
         pipeline = self._pipeline
         counters = self.counters
-        for number, egress in self.traffic_manager.ports.items():
-            if egress.backlog_packets == 0:
+        port = self.ports[egress.port]
+        while egress.backlog_packets and egress.free_at_s <= now_s:
+            dequeued = egress.dequeue(now_s)
+            if dequeued is None:
+                return  # per-queue shapers hold every head back
+            frame: bytes | None = None
+            if pipeline is not None:
+                try:
+                    frame = pipeline.egress(dequeued.item, enq_qdepth=dequeued.enq_qdepth)
+                except Exception:
+                    counters.pipeline_errors += 1
+                    log.exception("egress failed on a packet to port %d", egress.port)
+            if frame is None:
+                counters.egress_drops += 1
+                egress.transmitted(dequeued.start_time_s, None)
                 continue
-            port = self.ports[number]
-            while (dequeued := egress.dequeue(now_s)) is not None:
-                frame: bytes | None = None
-                if pipeline is not None:
-                    try:
-                        frame = pipeline.egress(dequeued.item, enq_qdepth=dequeued.enq_qdepth)
-                    except Exception:
-                        counters.pipeline_errors += 1
-                        log.exception("egress failed on a packet to port %d", number)
-                if frame is None:
-                    counters.egress_drops += 1
-                    egress.transmitted(dequeued.start_time_s, None)
-                    continue
-                egress.transmitted(dequeued.start_time_s, len(frame))
-                if not port.transmit(frame, dequeued.start_time_s):
-                    counters.transmit_errors += 1
+            egress.transmitted(dequeued.start_time_s, len(frame))
+            if not port.transmit(frame, dequeued.start_time_s):
+                counters.transmit_errors += 1
 
     # -- virtual time --------------------------------------------------------------
 

@@ -82,7 +82,7 @@ class _Entry(Generic[ItemT]):
     enq_qdepth: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Dequeued(Generic[ItemT]):
     """A packet leaving its queue, with the queueing metadata v1model exposes."""
 
@@ -158,6 +158,7 @@ class EgressPort(Generic[ItemT]):
         self.max_lag_s = max_lag_s
         self.backlog_packets = 0
         self.counters = PortCounters()
+        self._high_first = tuple(range(priority_queues - 1, -1, -1))
 
     # -- configuration -------------------------------------------------------------
 
@@ -215,10 +216,15 @@ class EgressPort(Generic[ItemT]):
         """Earliest time a packet may start transmission, ``None`` when nothing is queued."""
         if self.backlog_packets == 0:
             return None
-        earliest_eligible_s = min(
-            queue.entries[0].eligible_time_s for queue in self.queues if queue.entries
-        )
-        return max(self.free_at_s, earliest_eligible_s)
+        free_at_s = self.free_at_s
+        earliest_s = math.inf
+        for queue in self.queues:
+            if queue.entries:
+                eligible_s = queue.entries[0].eligible_time_s
+                if eligible_s <= free_at_s:
+                    return free_at_s  # a head is ready: the transmitter decides
+                earliest_s = min(earliest_s, eligible_s)
+        return earliest_s
 
     def dequeue(self, now_s: float) -> Dequeued[ItemT] | None:
         """Take the highest-priority packet allowed to start by ``now_s``, if any.
@@ -228,32 +234,30 @@ class EgressPort(Generic[ItemT]):
         """
         if self.backlog_packets == 0 or self.free_at_s > now_s:
             return None
-        for priority in range(len(self.queues) - 1, -1, -1):
-            queue = self.queues[priority]
-            if not queue.entries or queue.entries[0].eligible_time_s > now_s:
+        queues = self.queues
+        for priority in self._high_first:
+            entries = queues[priority].entries
+            if not entries or entries[0].eligible_time_s > now_s:
                 continue
-            entry = queue.entries.popleft()
+            queue = queues[priority]
+            entry = entries.popleft()
             self.backlog_packets -= 1
-            queue.counters.dequeued_packets += 1
-            queue.counters.dequeued_bytes += entry.length_bytes
+            counters = queue.counters
+            counters.dequeued_packets += 1
+            counters.dequeued_bytes += entry.length_bytes
             # Real time: a late service loop catches up on the nominal schedule,
-            # but never by more than max_lag_s (bounded burst) nor before arrival.
-            start_s = max(
-                self.free_at_s,
-                entry.eligible_time_s,
-                entry.enqueue_time_s,
-                now_s - self.max_lag_s,
-            )
-            start_s = min(start_s, now_s)
+            # but never by more than max_lag_s (a bounded burst) nor before the
+            # packet may go (eligible_time_s is never before its arrival).
+            start_s = max(self.free_at_s, entry.eligible_time_s, now_s - self.max_lag_s)
             return Dequeued(
-                item=entry.item,
-                port=self.port,
-                priority=priority,
-                length_bytes=entry.length_bytes,
-                start_time_s=start_s,
-                enqueue_time_s=entry.enqueue_time_s,
-                enq_qdepth=entry.enq_qdepth,
-                deq_qdepth=len(queue.entries),
+                entry.item,
+                self.port,
+                priority,
+                entry.length_bytes,
+                start_s,
+                entry.enqueue_time_s,
+                entry.enq_qdepth,
+                len(entries),
             )
         return None
 
@@ -354,8 +358,13 @@ class TrafficManager(Generic[ItemT]):
             egress.set_depth(capacity_packets, priority)
 
     def next_departure_s(self) -> float | None:
-        times = [t for t in (p.next_departure_s() for p in self.ports.values()) if t is not None]
-        return min(times) if times else None
+        earliest_s: float | None = None
+        for port in self.ports.values():
+            if port.backlog_packets:
+                time_s = port.next_departure_s()
+                if time_s is not None and (earliest_s is None or time_s < earliest_s):
+                    earliest_s = time_s
+        return earliest_s
 
     @property
     def backlog_packets(self) -> int:
