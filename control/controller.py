@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -469,6 +470,16 @@ class PipelineArtifacts:
 SessionState = Literal["down", "ready", "backup", "error"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Connection:
+    """Outcome of connecting to one switch: a client (None if unreachable), whether it
+    won arbitration, and the error otherwise."""
+
+    client: P4RuntimeClient | None
+    primary: bool
+    error: str | None
+
+
 @dataclass
 class SwitchSession:
     spec: SwitchSpec
@@ -563,6 +574,9 @@ class Controller(EventHandler):
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
         self._class_entries = ClassEntries(self.layout)
+        self._writers = ThreadPoolExecutor(
+            max_workers=max(1, len(self.sessions)), thread_name_prefix="writer"
+        )
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
             self._replay(self.journal)
@@ -588,9 +602,10 @@ class Controller(EventHandler):
         """Connect and provision every switch (once, synchronously when ``wait``), then
         keep supervising them in the background."""
         if wait:
-            with self._lock:
-                for session in self.sessions.values():
-                    self._provision(session)
+            for session in self.sessions.values():
+                connection = self._connect(session.spec)
+                with self._lock:
+                    self._provision(session, connection)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
 
@@ -605,6 +620,7 @@ class Controller(EventHandler):
                     suppress_close_errors(session.client)
                     session.client = None
                 session.state = "down"
+        self._writers.shutdown(wait=True)
 
     # -- event API --
 
@@ -690,11 +706,13 @@ class Controller(EventHandler):
     def _reschedule(self) -> tuple[int, int, int, int]:
         """Re-plan and bring every ready switch to the plan; returns write counts."""
         self._replan()
-        totals = [0, 0, 0, 0]
-        for session in self.sessions.values():
-            if session.state == "ready":
-                counts = self._sync(session)
-                totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        ready = [s for s in self.sessions.values() if s.state == "ready"]
+        if len(ready) > 1:
+            # Switches are independent: write them all at once, wait for every ack.
+            results = list(self._writers.map(self._sync, ready))
+        else:
+            results = [self._sync(s) for s in ready]
+        totals = [sum(column) for column in zip((0, 0, 0, 0), *results, strict=True)]
         return totals[0], totals[1], totals[2], totals[3]
 
     def desired(self, session: SwitchSession) -> EntryMap:
@@ -762,13 +780,9 @@ class Controller(EventHandler):
 
     # -- provisioning and recovery --
 
-    def _provision(self, session: SwitchSession) -> bool:
-        """Connect, win arbitration, push the pipeline if the switch lacks ours, read the
-        tables back and write only the difference. Returns whether the switch is ready."""
-        spec = session.spec
-        if session.client is not None:
-            suppress_close_errors(session.client)
-            session.client = None
+    def _connect(self, spec: SwitchSpec) -> _Connection:
+        """Open a client and arbitrate; slow when the switch is down, so callers run it
+        without holding the controller's lock."""
         client = P4RuntimeClient(
             spec.grpc_addr,
             spec.device_id,
@@ -780,11 +794,26 @@ class Controller(EventHandler):
         try:
             primary = client.connect()
         except P4RuntimeError as error:
-            session.state = "down"
-            session.error = str(error)
-            return False
+            return _Connection(None, False, str(error))
+        return _Connection(client, primary, None)
+
+    def _provision(self, session: SwitchSession, connection: _Connection | None = None) -> bool:
+        """Win arbitration, push the pipeline if the switch lacks ours, read the tables
+        back and write only the difference. Returns whether the switch is ready. Runs
+        under the controller's lock; ``connection`` is a fresh :meth:`_connect` result
+        (made here when not given)."""
+        spec = session.spec
+        if connection is None:
+            connection = self._connect(spec)
+        client = connection.client
+        if session.client is not None and session.client is not client:
+            suppress_close_errors(session.client)
         session.client = client
-        if not primary:
+        if client is None:
+            session.state = "down"
+            session.error = connection.error
+            return False
+        if not connection.primary:
             self._lost_primary(session, "arbitration")
             return False
         try:
@@ -831,55 +860,83 @@ class Controller(EventHandler):
             if self._stopping.is_set():
                 return
             with self._lock:
-                for session in self.sessions.values():
-                    client = session.client
-                    healthy = (
-                        session.state == "ready"
-                        and client is not None
-                        and client.connected
-                        and client.is_primary
-                    )
-                    if session.state == "backup" and client is not None and client.connected:
-                        if client.is_primary:
-                            self._provision(session)
-                        continue
-                    if not healthy:
-                        if session.state == "ready":
-                            log.warning("%s: connection lost; reconnecting", session.spec.name)
-                        self._provision(session)
-                if time.monotonic() - last_counters >= self.config.counter_interval_s:
-                    last_counters = time.monotonic()
-                    self._poll(policy_needs_progress=True)
+                todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
+            for session, need in todo:
+                if need == "reconnect":
+                    if session.state == "ready":
+                        log.warning("%s: connection lost; reconnecting", session.spec.name)
+                    connection = self._connect(session.spec)
+                    with self._lock:
+                        self._provision(session, connection)
+                elif need == "promoted":
+                    with self._lock:
+                        client = session.client
+                        if client is not None and client.is_primary:
+                            self._provision(session, _Connection(client, True, None))
+            if time.monotonic() - last_counters >= self.config.counter_interval_s:
+                last_counters = time.monotonic()
+                self._poll()
 
-    def _poll(self, policy_needs_progress: bool) -> None:
-        """Check each ready switch still runs our pipeline, and read the stage counters."""
-        progress: dict[StageKey, float] = {}
-        for session in self.sessions.values():
-            if session.state != "ready" or session.client is None:
-                continue
+    @staticmethod
+    def _needs_provisioning(session: SwitchSession) -> str | None:
+        client = session.client
+        alive = client is not None and client.connected
+        if session.state == "backup" and alive:
+            assert client is not None
+            return "promoted" if client.is_primary else None
+        if session.state == "ready" and alive:
+            assert client is not None
+            return None if client.is_primary else "reconnect"
+        return "reconnect"
+
+    def _poll(self) -> None:
+        """Check each ready switch still runs our pipeline, and read the stage counters.
+
+        The RPCs run outside the lock, so a slow switch does not hold up events."""
+        with self._lock:
+            targets = [
+                (s, s.client)
+                for s in self.sessions.values()
+                if s.state == "ready" and s.client is not None
+            ]
+        readings: list[tuple[SwitchSession, bool, dict[StageKey, int] | None, str | None]] = []
+        for session, client in targets:
+            assert client is not None
             try:
-                if session.client.pipeline_cookie() != session.artifacts.cookie:
+                if client.pipeline_cookie() != session.artifacts.cookie:
+                    readings.append((session, False, None, None))
+                    continue
+                readings.append((session, True, self._read_stage_bytes(session, client), None))
+            except P4RuntimeError as error:
+                readings.append((session, True, None, str(error)))
+        progress: dict[StageKey, float] = {}
+        with self._lock:
+            for session, pipeline_ok, counted, failure in readings:
+                if not pipeline_ok:
                     log.warning("%s: pipeline gone; re-provisioning", session.spec.name)
                     self._provision(session)
                     continue
-                counted = self._read_stage_bytes(session)
-            except P4RuntimeError as error:
-                session.state = "error"
-                session.error = str(error)
-                continue
-            for stage, total in counted.items():
-                before = session.counter_bytes.get(stage, 0)
-                # Bytes cross several switches: count each stage's largest increase once.
-                progress[stage] = max(progress.get(stage, 0.0), float(max(total - before, 0)))
-            session.counter_bytes = counted
-        if progress and policy_needs_progress:
-            self.state.add_progress(progress)
-            if not getattr(self.policy, "clairvoyant", True):
-                self._reschedule()
+                if failure is not None:
+                    session.state = "error"
+                    session.error = failure
+                    self._wake.set()
+                    continue
+                assert counted is not None
+                for stage, total in counted.items():
+                    before = session.counter_bytes.get(stage, 0)
+                    # Bytes cross several switches: count each stage's largest increase once.
+                    increase = float(max(total - before, 0))
+                    progress[stage] = max(progress.get(stage, 0.0), increase)
+                session.counter_bytes = counted
+            if progress:
+                self.state.add_progress(progress)
+                if not getattr(self.policy, "clairvoyant", True):
+                    self._reschedule()
 
-    def _read_stage_bytes(self, session: SwitchSession) -> dict[StageKey, int]:
+    def _read_stage_bytes(
+        self, session: SwitchSession, client: P4RuntimeClient
+    ) -> dict[StageKey, int]:
         """Bytes counted per stage entry (direct counter of the stage table)."""
-        assert session.client is not None
         layout = self.layout
         table = session.names.table(layout.stage_table)
         if table.direct_counter_id is None:
@@ -887,7 +944,7 @@ class Controller(EventHandler):
         counted: dict[StageKey, int] = {}
         exp_field = layout.stage_fields["experiment_id"]
         stage_field = layout.stage_fields["stage_id"]
-        for entry in session.client.read_table(table.id, with_counters=True):
+        for entry in client.read_table(table.id, with_counters=True):
             key, _ = from_table_entry(entry, session.names)
             values = {name: getattr(value, "value", 0) for name, value in key.match}
             counted[StageKey(values[exp_field], values[stage_field])] = (

@@ -248,7 +248,7 @@ def _plan(experiment_id: int, sizes: list[int], iterations: int = 3) -> dict[str
                     {
                         "trial_id": 0,
                         "iterations": 1,
-                        "flows": [{"src": 0, "dst": 2, "size_bytes": 1}],
+                        "flows": [{"src": 1, "dst": 0, "size_bytes": 1}],
                     }
                 ],
             },
@@ -510,3 +510,89 @@ def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
     )
     assert rig.read_entries() == expected
     assert backup.status()["switches"][0]["state"] == "backup"
+
+
+def test_two_switches_written_together_and_one_down_does_not_block_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    program = _Program(_p4info())
+    artifacts = PipelineArtifacts(program.p4info, program.device_config())
+    servers = [P4RuntimeServer(_Switch(), 0, "127.0.0.1:0") for _ in range(2)]
+    for server in servers:
+        server.start()
+    topology = parse_topology(
+        {
+            "name": "line",
+            "switches": [
+                {"name": f"s{i + 1}", "device_id": 0, "grpc_addr": server.addr}
+                for i, server in enumerate(servers)
+            ],
+            "hosts": [
+                {"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"},
+                {"name": "h2", "ip": "10.0.0.2", "mac": "02:00:00:00:00:02"},
+            ],
+            "links": [
+                {"node1": "h1", "node2": "s1", "port2": 1},
+                {"node1": "s1", "port1": 2, "node2": "s2", "port2": 2},
+                {"node1": "h2", "node2": "s2", "port2": 1},
+            ],
+        }
+    )
+    config = ControllerConfig(
+        topology=topology,
+        artifacts={"embedded": artifacts},
+        policy_name="smallest-first",
+        supervise_interval_s=0.05,
+        rpc_timeout_s=2.0,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank)
+    names = P4Names.build(artifacts.p4info)
+
+    def entries(server: P4RuntimeServer) -> EntryMap:
+        client = P4RuntimeClient(server.addr, 0).read_only()
+        try:
+            read = client.read_table(0)
+        finally:
+            client.close()
+        return dict(from_table_entry(e, names) for e in read if not e.is_default_action)
+
+    try:
+        controller.start()
+        _start_experiment(controller, 1, [100, 200])
+        for server in servers:
+            assert _class_entries(entries(server)) == {
+                ("stage_class", (1, 0)): 7,
+                ("coflow_class", (1, 0, 1 << 16)): 6,
+            }
+        # s1 → h2 leaves on the inter-switch port; s2 → h2 on the host port.
+        lpm = {
+            s.spec.name: {
+                dict(k.match)["hdr.ipv4.dstAddr"].value: dict(a.params)["port"]
+                for k, a in s.installed.items()
+                if k.table.endswith("ipv4_lpm")
+            }
+            for s in controller.sessions.values()
+        }
+        assert lpm == {"s1": {0x0A000001: 1, 0x0A000002: 2}, "s2": {0x0A000001: 2, 0x0A000002: 1}}
+        # s2 goes away: events are still accepted at once and written to s1.
+        servers[1].stop(0)
+        session = controller.sessions["s2"]
+        _wait_for(lambda: session.state != "ready", "s2 seen down")
+        started = time.monotonic()
+        reply = controller.handle_event(
+            {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+        )
+        assert time.monotonic() - started < config.rpc_timeout_s
+        assert reply["pending_switches"] == ["s2"]
+        assert _class_entries(entries(servers[0])) == {("stage_class", (1, 0)): 7}
+        # s2 comes back blank on the same address and is brought up to date.
+        servers[1] = P4RuntimeServer(_Switch(), 0, servers[1].addr)
+        servers[1].start()
+        _wait_for(lambda: session.state == "ready", "s2 re-provisioned")
+        assert _class_entries(entries(servers[1])) == {("stage_class", (1, 0)): 7}
+    finally:
+        controller.stop()
+        for server in servers:
+            server.stop(0)
