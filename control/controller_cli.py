@@ -47,6 +47,12 @@ def register(subparsers: Any) -> None:
     run.add_argument("--topo", required=True, type=Path, help="topology file (bmv2_topos/*.json)")
     run.add_argument("--policy", required=True, help="scheduling policy (e.g. beamer, aalo)")
     run.add_argument("--queues", type=int, default=8, help="priority classes K (1..8)")
+    run.add_argument(
+        "--quantize",
+        choices=("rank", "exponential"),
+        default="rank",
+        help="how the ranking maps onto the K classes (control.quantize)",
+    )
     run.add_argument("--events-addr", default=DEFAULT_EVENTS_ADDR, help="HOST:PORT for HTTP")
     run.add_argument(
         "--events-socket",
@@ -84,7 +90,7 @@ def register(subparsers: Any) -> None:
 # --- policy glue --------------------------------------------------------------------------
 
 
-def load_policy(name: str, queues: int) -> tuple[Any, ClassAssigner]:
+def load_policy(name: str, queues: int, strategy: str = "rank") -> tuple[Any, ClassAssigner]:
     """The named policy (shared with the simulator) and a K-class assigner."""
     policies = importlib.import_module("control.policies")
     get_policy = getattr(policies, "get_policy", None)
@@ -94,14 +100,16 @@ def load_policy(name: str, queues: int) -> tuple[Any, ClassAssigner]:
     quantize = importlib.import_module("control.quantize")
 
     def assign(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
-        return quantized_classes(quantize, ranking, k)
+        return quantized_classes(quantize, ranking, k, strategy)
 
     return policy, assign
 
 
-def quantized_classes(quantize: Any, ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
+def quantized_classes(
+    quantize: Any, ranking: Ranking, k: int, strategy: str = "rank"
+) -> list[tuple[CoflowKey, int]]:
     """(coflow, class) in rank order, class ``k - 1`` most urgent, via ``control.quantize``."""
-    classes = quantize.quantize(ranking, k)
+    classes = quantize.quantize(ranking, k, strategy)
     return [(key, int(classes[key])) for key in ranking.order()]
 
 
@@ -149,7 +157,7 @@ def run_controller(args: argparse.Namespace) -> int:
         artifacts["embedded"] = embedded_artifacts(args.p4)
     if "bmv2" in targets:
         artifacts["bmv2"] = bmv2_artifacts(args.bmv2_json, args.p4info)
-    policy, assign = load_policy(args.policy, args.queues)
+    policy, assign = load_policy(args.policy, args.queues, args.quantize)
     config = ControllerConfig(
         topology=topology,
         artifacts=artifacts,
