@@ -135,6 +135,11 @@ def grpc_rates(
         "read": [],
         "delete": [],
         "insert_with_client_serialization": [],
+        # Entries per second of CPU time of the whole process (client and server):
+        # steadier than wall time on a shared machine.
+        "insert_per_cpu_s": [],
+        "modify_per_cpu_s": [],
+        "delete_per_cpu_s": [],
     }
     read_all = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID)
     read_all.entities.add().table_entry.table_id = ids.table_id
@@ -155,7 +160,10 @@ def grpc_rates(
                     _read_count(stub, read_all, entries)  # parsed once, to check the reply
                     seconds = timed(partial(_read_raw, raw_read, read_all))
                 else:
+                    cpu_start_s = time.process_time()
                     seconds = timed(partial(_write_all, raw_write, wire[kind]))
+                    cpu_s = time.process_time() - cpu_start_s
+                    samples[f"{name}_per_cpu_s"].append(entries / cpu_s)
                 samples[name].append(entries / seconds)
             seconds = timed(partial(_write_all, stub.Write, plans[Update.INSERT]))
             samples["insert_with_client_serialization"].append(entries / seconds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
@@ -28,6 +29,7 @@ from test_p4runtime_server_support import (
 )
 
 from softswitch.frontend import CompiledProgram
+from softswitch.p4rt import service
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.ports import MemoryPort
 from softswitch.switch import Switch
@@ -669,3 +671,26 @@ def test_commit_rules(target: Target) -> None:
 def test_capabilities_reports_the_api_version(target: Target) -> None:
     reply = target.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest())
     assert reply.p4runtime_api_version == "1.4.1"
+
+
+def test_a_server_fault_in_one_update_is_internal_and_spares_the_rest(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_apply = service.apply_raw_update
+    calls = []
+
+    def faulty(active: Any, update: Any) -> None:
+        calls.append(update)
+        if len(calls) == 2:
+            raise KeyError("a bug")
+        real_apply(active, update)
+
+    monkeypatch.setattr(service, "apply_raw_update", faulty)
+    codes = write_codes(
+        target.stub,
+        (Update.INSERT, class_entry(1, 1)),
+        (Update.INSERT, class_entry(1, 2)),
+        (Update.INSERT, class_entry(1, 3)),
+    )
+    assert codes == [code_pb2.OK, code_pb2.INTERNAL, code_pb2.OK]
+    assert len(read(target.stub, table_read(CLASS_TABLE))) == 2

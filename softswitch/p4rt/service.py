@@ -7,6 +7,7 @@ parallel reads, which a software switch does not need.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -27,11 +28,14 @@ from softswitch.p4rt.status import (
     P4RuntimeError,
     abort_with_batch_status,
     batch_status,
+    internal,
     not_found,
     unimplemented,
 )
 from softswitch.p4rt.wire import decode_write_request
 from softswitch.p4rt.writes import apply_raw_update
+
+log = logging.getLogger(__name__)
 
 # The P4Runtime release whose protobufs this server is built on.
 P4RUNTIME_API_VERSION = "1.4.1"
@@ -83,6 +87,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                         except P4RuntimeError as error:
                             errors.append(error)
                             failed = True
+                        except Exception as error:  # a bug must not cost the batch
+                            log.exception("internal error applying an update")
+                            errors.append(internal(error))
+                            failed = True
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         if failed:
@@ -112,6 +120,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                             errors.append(None)
                         except P4RuntimeError as error:
                             errors.append(error)
+                        except Exception as error:  # spec §13.3: INTERNAL for that request
+                            log.exception("internal error reading an entity")
+                            errors.append(internal(error))
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         for start in range(0, len(results), READ_CHUNK_ENTITIES):

@@ -47,6 +47,11 @@ def failed_precondition(message: str) -> P4RuntimeError:
     return P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, message)
 
 
+def internal(error: Exception) -> P4RuntimeError:
+    """A fault of the server itself, reported for one update or read request."""
+    return P4RuntimeError(grpc.StatusCode.INTERNAL, f"internal error: {error!r}")
+
+
 def canonical_code(code: grpc.StatusCode) -> int:
     """The google.rpc.Code number of a grpc.StatusCode (they share numbering)."""
     number: int = code.value[0]
