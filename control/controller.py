@@ -443,6 +443,12 @@ class EventJournal:
         self._kept.append((experiment_id, json.dumps(event_to_json(event), sort_keys=True)))
 
 
+def _changes_snapshot(event: Event) -> bool:
+    """Whether the event can change what the policy sees. A released experiment enters
+    the snapshot only with its first stage; a started trial only with its first coflow."""
+    return not isinstance(event, ExperimentReleased | TrialStarted)
+
+
 def _experiment_of(event: Event) -> int:
     if isinstance(event, ExperimentReleased):
         return event.experiment.experiment_id
@@ -547,6 +553,11 @@ class Controller(EventHandler):
             rate = topology.host_link(host.name).rate_mbps
             capacities.append(rate * 1e6 if rate is not None else DEFAULT_LINK_BPS)
         self.state = ScheduleState(len(topology.hosts), capacities + capacities)
+        # Two locks, always taken in this order when both are needed:
+        # ``_schedule_lock`` guards the plan, the sessions and what they hold (one
+        # reschedule or provisioning at a time); ``_lock`` guards the schedule state
+        # and is held only briefly, so events are applied while a reschedule runs.
+        self._schedule_lock = threading.RLock()
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -556,6 +567,11 @@ class Controller(EventHandler):
         self._stage_memory: dict[StageKey, int] = {}
         self.events_applied = 0
         self.last_reaction: Reaction | None = None
+        self._changes = 0
+        """Accepted events that can change the policy's snapshot, counted."""
+        self._scheduled = 0
+        """The value of ``_changes`` the last finished reschedule covered."""
+        self.reschedules = 0
         self.phase_s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         """Cumulative seconds per phase of rescheduling (for benchmarks and status)."""
         self.sessions: dict[str, SwitchSession] = {}
@@ -604,7 +620,7 @@ class Controller(EventHandler):
         if wait:
             for session in self.sessions.values():
                 connection = self._connect(session.spec)
-                with self._lock:
+                with self._schedule_lock:
                     self._provision(session, connection)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
@@ -614,7 +630,7 @@ class Controller(EventHandler):
         self._wake.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=10)
-        with self._lock:
+        with self._schedule_lock:
             for session in self.sessions.values():
                 if session.client is not None:
                     suppress_close_errors(session.client)
@@ -625,6 +641,11 @@ class Controller(EventHandler):
     # -- event API --
 
     def handle_event(self, raw: Any) -> dict[str, Any]:
+        """Apply one event, then make sure the switches reflect it before replying.
+
+        Group commit: events that arrive while a reschedule runs are applied as soon as
+        it ends, and the next reschedule covers all of them at once; each reply still
+        leaves only after the writes that reflect its event were acknowledged."""
         started = time.perf_counter()
         with self._lock:
             event = parse_event(raw, self._resolve_host)
@@ -636,11 +657,20 @@ class Controller(EventHandler):
                     self.journal.append(experiment_id, event)
                 else:
                     self.journal.forget(experiment_id)
-            if isinstance(event, StageCompleted | ExperimentFinished):
-                self._forget_stages()
-            counts = self._reschedule()
-            reaction = Reaction(*counts, seconds=time.perf_counter() - started)
-            self.last_reaction = reaction
+            ticket = 0
+            if _changes_snapshot(event):
+                self._changes += 1
+                ticket = self._changes
+        counts = (0, 0, 0, 0)
+        folded = ticket == 0
+        if ticket:
+            with self._schedule_lock:
+                if self._scheduled < ticket:
+                    counts = self._reschedule()
+                else:
+                    folded = True
+        reaction = Reaction(*counts, seconds=time.perf_counter() - started)
+        self.last_reaction = reaction
         pending = [s.spec.name for s in self.sessions.values() if s.state != "ready"]
         return {
             **result,
@@ -651,6 +681,7 @@ class Controller(EventHandler):
                 "delete": reaction.deletes,
                 "rpcs": reaction.rpcs,
             },
+            "folded": folded,
             "reaction_ms": round(reaction.seconds * 1e3, 3),
             "pending_switches": pending,
         }
@@ -663,19 +694,14 @@ class Controller(EventHandler):
             raise KeyError(value)
         return value
 
-    def _forget_stages(self) -> None:
-        running = set(self.state.running_stages())
-        for stage in list(self._stage_memory):
-            if stage not in running:
-                del self._stage_memory[stage]
-
-    # -- scheduling --
-
     def _replan(self) -> None:
         """Rank the active coflows, map them onto classes, and plan the class entries."""
         phase = self.phase_s
         started = time.perf_counter()
-        snapshot = self.state.snapshot(self.now_s())
+        with self._lock:
+            snapshot = self.state.snapshot(self.now_s())
+            running = self.state.running_stages()
+            self._scheduled = self._changes
         ranked_at = time.perf_counter()
         phase["snapshot"] += ranked_at - started
         if snapshot.coflows:
@@ -685,10 +711,11 @@ class Controller(EventHandler):
             self.ranked = []
         planned_at = time.perf_counter()
         phase["rank"] += planned_at - ranked_at
+        self._stage_memory = {
+            stage: klass for stage, klass in self._stage_memory.items() if stage in running
+        }
         idle = {
-            stage: self._stage_memory[stage]
-            for stage in self.state.running_stages()
-            if stage in self._stage_memory
+            stage: self._stage_memory[stage] for stage in running if stage in self._stage_memory
         }
         names = next(iter(self.sessions.values())).names
         layout = self.layout
@@ -705,6 +732,7 @@ class Controller(EventHandler):
 
     def _reschedule(self) -> tuple[int, int, int, int]:
         """Re-plan and bring every ready switch to the plan; returns write counts."""
+        self.reschedules += 1
         self._replan()
         ready = [s for s in self.sessions.values() if s.state == "ready"]
         if len(ready) > 1:
@@ -859,17 +887,17 @@ class Controller(EventHandler):
             self._wake.clear()
             if self._stopping.is_set():
                 return
-            with self._lock:
+            with self._schedule_lock:
                 todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
             for session, need in todo:
                 if need == "reconnect":
                     if session.state == "ready":
                         log.warning("%s: connection lost; reconnecting", session.spec.name)
                     connection = self._connect(session.spec)
-                    with self._lock:
+                    with self._schedule_lock:
                         self._provision(session, connection)
                 elif need == "promoted":
-                    with self._lock:
+                    with self._schedule_lock:
                         client = session.client
                         if client is not None and client.is_primary:
                             self._provision(session, _Connection(client, True, None))
@@ -893,7 +921,7 @@ class Controller(EventHandler):
         """Check each ready switch still runs our pipeline, and read the stage counters.
 
         The RPCs run outside the lock, so a slow switch does not hold up events."""
-        with self._lock:
+        with self._schedule_lock:
             targets = [
                 (s, s.client)
                 for s in self.sessions.values()
@@ -910,7 +938,7 @@ class Controller(EventHandler):
             except P4RuntimeError as error:
                 readings.append((session, True, None, str(error)))
         progress: dict[StageKey, float] = {}
-        with self._lock:
+        with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:
                 if not pipeline_ok:
                     log.warning("%s: pipeline gone; re-provisioning", session.spec.name)
@@ -929,7 +957,8 @@ class Controller(EventHandler):
                     progress[stage] = max(progress.get(stage, 0.0), increase)
                 session.counter_bytes = counted
             if progress:
-                self.state.add_progress(progress)
+                with self._lock:
+                    self.state.add_progress(progress)
                 if not getattr(self.policy, "clairvoyant", True):
                     self._reschedule()
 
@@ -955,7 +984,7 @@ class Controller(EventHandler):
     # -- status --
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
+        with self._schedule_lock:
             classes = dict(self.ranked)
             return {
                 "policy": self.config.policy_name,

@@ -8,6 +8,7 @@ the control plane whatever the state of the P4 frontend.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -596,3 +597,57 @@ def test_two_switches_written_together_and_one_down_does_not_block_events(
         controller.stop()
         for server in servers:
             server.stop(0)
+
+
+class GatedSmallestFirst(SmallestFirst):
+    """Blocks inside rank while ``gate`` is closed, to hold a reschedule open."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.inside = threading.Event()
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        self.inside.set()
+        self.gate.wait(10)
+        return super().rank(snapshot)
+
+
+def test_events_arriving_during_a_reschedule_are_applied_and_group_committed(
+    rig: Rig,
+) -> None:
+    controller = rig.controller()
+    policy = GatedSmallestFirst()
+    controller.policy = policy
+    controller.start()
+    for experiment_id in range(5):
+        _start_experiment(controller, experiment_id, [100 * (experiment_id + 1), 10_000])
+    policy.gate.clear()
+    policy.inside.clear()
+    replies: dict[int, dict[str, Any]] = {}
+
+    def stop_trial(experiment_id: int) -> None:
+        replies[experiment_id] = controller.handle_event(
+            {"type": "trial_stopped", "experiment_id": experiment_id, "stage_id": 0, "trial_id": 1}
+        )
+
+    first = threading.Thread(target=stop_trial, args=(0,))
+    first.start()
+    assert policy.inside.wait(10)  # experiment 0's reschedule is now inside the policy
+    applied = controller.events_applied
+    rest = [threading.Thread(target=stop_trial, args=(e,)) for e in range(1, 5)]
+    for thread in rest:
+        thread.start()
+    # The other events are applied while that reschedule is still running...
+    _wait_for(lambda: controller.events_applied == applied + 4, "events applied meanwhile")
+    assert replies == {}
+    reschedules = controller.reschedules
+    policy.gate.set()
+    first.join()
+    for thread in rest:
+        thread.join()
+    # ...and one more reschedule reflects all four: three of them were folded into it.
+    assert controller.reschedules == reschedules + 1
+    assert sorted(r["folded"] for r in replies.values()) == [False, False, True, True, True]
+    assert _class_entries(rig.read_entries()) == {("stage_class", (e, 0)): 7 - e for e in range(5)}
+    assert controller.sessions["s1"].installed == rig.read_entries()
