@@ -144,8 +144,10 @@ def load_program(path: Path) -> CompiledProgram:
         return compile_file(path)
     try:
         return CompiledProgram.from_device_config(path.read_bytes())
-    except UserError:
-        raise
+    except UserError as error:
+        if str(path) in str(error):
+            raise
+        raise UserError(f"{path}: {error}") from None
     except (ValueError, KeyError, TypeError) as error:
         raise UserError(
             f"{path}: not a device config written by `beamer compile`: {error}"

@@ -145,9 +145,13 @@ def test_beamer_p4_on_veth_sends_the_high_class_first(netns: str, program: Compi
         assert payloads == [f"stage={stage_id} seq={i}".encode() for i in range(8)]
 
 
-@pytest.mark.parametrize("with_config", [False, True], ids=["no-p4", "config"])
-def test_cli_runs_on_interfaces_and_stops_cleanly_on_sigterm(
-    netns: str, program: CompiledProgram, tmp_path: Path, with_config: bool
+@pytest.mark.parametrize(
+    ("with_config", "stop_signal"),
+    [(False, signal.SIGINT), (True, signal.SIGTERM)],
+    ids=["no-p4-sigint", "config-sigterm"],
+)
+def test_cli_runs_on_interfaces_and_stops_cleanly_on_a_signal(
+    netns: str, program: CompiledProgram, tmp_path: Path, with_config: bool, stop_signal: int
 ) -> None:
     config = tmp_path / "beamer.softswitch.json"
     config.write_bytes(program.device_config())
@@ -173,10 +177,11 @@ def test_cli_runs_on_interfaces_and_stops_cleanly_on_sigterm(
         ready = [line for line in lines if "ready: ports 0@sw0, 1@sw1" in line]
         assert ready, lines
         assert (str(config) in ready[0]) == with_config
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop_signal)
         _, rest = process.communicate(timeout=30)
         assert process.returncode == 0, rest
-        assert "SIGTERM received" in rest
+        assert f"{signal.Signals(stop_signal).name} received" in rest
+        assert "stopped; counters" in rest
     finally:
         if process.poll() is None:
             process.kill()

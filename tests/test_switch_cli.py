@@ -1,0 +1,71 @@
+"""``beamer switch`` option and file errors: one line naming what is wrong, exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from control.cli import main
+from softswitch.ports import parse_interface_spec
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        status = main(["switch", *argv])
+    except SystemExit as exit_:  # argparse errors
+        status = int(exit_.code or 0)
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-i", "0", "--no-p4"], "-i 0: expected PORT@INTERFACE"),
+        (["-i", "x@veth0", "--no-p4"], "port 'x' is not a number"),
+        (["-i", "511@veth0", "--no-p4"], "port must be between 0 and 510"),
+        (["-i", "1@a/b", "--no-p4"], "not a valid interface name"),
+        (["-i", "1@veth0", "-i", "1@veth1", "--no-p4"], "port 1 is already veth0"),
+        (["-i", "1@veth0", "-i", "2@veth0", "--no-p4"], "veth0 is already port 1"),
+        (["-i", "1@no-such-if0", "--no-p4"], "interface 'no-such-if0' does not exist"),
+        (["--priority-queues", "9", "--no-p4"], "9 is not between 1 and 8"),
+        (["--queue-rate-pps", "0", "--no-p4"], "must be a positive number"),
+        (["--queue-rate-pps", "5", "--queue-rate-bps", "5", "--no-p4"], "not allowed with"),
+        (["--queue-depth", "0", "--no-p4"], "0 is not between 1 and"),
+        ([], "one of the arguments --no-p4 CONFIG is required"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = run(argv, capsys)
+    assert status == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_missing_and_malformed_configs_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = run([str(tmp_path / "absent.json")], capsys)
+    assert (status, err.strip()) == (2, f"beamer: error: {tmp_path / 'absent.json'}: no such file")
+    garbage = tmp_path / "garbage.softswitch.json"
+    garbage.write_text("not json at all")
+    status, err = run([str(garbage)], capsys)
+    assert status == 2
+    assert str(garbage) in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_p4_file_with_an_error_reports_file_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "broken.p4"
+    source.write_text("#include <core.p4>\n#include <v1model.p4>\nheader h_t { bit<8> x }\n")
+    status, err = run([str(source)], capsys)
+    assert status == 2
+    assert f"{source}:3:" in err
+
+
+def test_interface_spec_parses_like_simple_switch() -> None:
+    spec = parse_interface_spec("12@s1-eth12")
+    assert (spec.port, spec.interface) == (12, "s1-eth12")
