@@ -76,8 +76,8 @@ def parse_key(table: TableInfo, entry: TableEntryData) -> ParsedKey:
 
 def _parse_field(info: MatchFieldInfo, field_match: MatchData) -> FieldMatch:
     kind = field_match.kind
-    what = f"match field '{info.name}'"
-    expected = info.kind.value if info.kind is not None else "unsupported"
+    what = info.label
+    expected = info.kind_name
     if kind != expected:
         raise invalid(f"{what} is {expected}, request gives {kind or 'nothing'}")
     width = info.bitwidth
@@ -134,8 +134,7 @@ def parse_action(
             raise invalid(f"action '{info.name}' has no parameter id {param_id}")
         if param_id in params:
             raise invalid(f"parameter '{param_info.name}' of '{info.name}' appears twice")
-        what = f"parameter '{param_info.name}' of '{info.name}'"
-        params[param_id] = decode_unsigned(raw, param_info.bitwidth, what)
+        params[param_id] = decode_unsigned(raw, param_info.bitwidth, param_info.label)
     if len(params) != len(info.params):
         missing = [p.name for p in info.params.values() if p.param_id not in params]
         raise invalid(f"action '{info.name}' is missing parameter(s) {', '.join(missing)}")

@@ -34,6 +34,14 @@ class MatchFieldInfo:
     name: str
     bitwidth: int
     kind: MatchKind | None  # None: an architecture-specific match kind we do not execute
+    # Precomputed for the write path: the FieldMatch oneof name, and how errors name it.
+    kind_name: str = field(init=False)
+    label: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        kind_name = self.kind.value if self.kind is not None else "unsupported"
+        object.__setattr__(self, "kind_name", kind_name)
+        object.__setattr__(self, "label", f"match field '{self.name}'")
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class ParamInfo:
     param_id: int
     name: str
     bitwidth: int
+    label: str  # how errors name it: parameter 'p' of 'action'
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,12 @@ class P4InfoIndex:
         direct_counter_ids = {c.preamble.id for c in p4info.direct_counters}
         for action in p4info.actions:
             params = {
-                p.id: ParamInfo(param_id=p.id, name=p.name, bitwidth=p.bitwidth)
+                p.id: ParamInfo(
+                    param_id=p.id,
+                    name=p.name,
+                    bitwidth=p.bitwidth,
+                    label=f"parameter '{p.name}' of '{action.preamble.name}'",
+                )
                 for p in action.params
             }
             index.actions[action.preamble.id] = ActionInfo(
