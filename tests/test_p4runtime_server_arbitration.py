@@ -4,6 +4,8 @@ primary by highest election id, backups, primary changes and their notifications
 from __future__ import annotations
 
 import queue
+import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -17,6 +19,7 @@ from test_p4runtime_server_support import (
     program_under_test,
 )
 
+from control.errors import UserError
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
@@ -223,3 +226,41 @@ def test_stopping_the_server_ends_open_streams() -> None:
         session.next(timeout_s=0.1)
     channel.close()
     switch.close()
+
+
+def test_stop_leaves_no_server_thread_and_frees_the_port() -> None:
+    before = set(threading.enumerate())
+    switch = Switch()
+    server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(server.addr)
+    session = StreamSession(p4runtime_pb2_grpc.P4RuntimeStub(channel))
+    session.arbitrate(DEVICE_ID, (0, 1))
+    session.next()
+    server.stop(1)
+    session.close()
+    channel.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [t for t in set(threading.enumerate()) - before if t.name.startswith("p4rt")]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left
+    # The address can be served again at once (a switch restart).
+    again = P4RuntimeServer(switch, DEVICE_ID, server.addr)
+    again.start()
+    again.stop(0)
+    switch.close()
+
+
+def test_an_address_in_use_is_a_user_error() -> None:
+    switch = Switch()
+    first = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    first.start()
+    try:
+        with pytest.raises(UserError, match=r"cannot serve P4Runtime on 127\.0\.0\.1:"):
+            P4RuntimeServer(switch, DEVICE_ID, first.addr).start()
+    finally:
+        first.stop(0)
+        switch.close()

@@ -32,13 +32,15 @@ class P4RuntimeServer:
         self.device_id = device_id
         self.addr = addr
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         """Bind and serve; a UserError names an address that cannot be bound."""
         if self._server is not None:
             return
+        executor = futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="p4rt")
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="p4rt"),
+            executor,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -50,14 +52,17 @@ class P4RuntimeServer:
             port = server.add_insecure_port(self.addr)
         except RuntimeError as error:
             server.stop(None)
+            executor.shutdown(wait=False)
             raise UserError(f"cannot serve P4Runtime on {self.addr}: {error}") from None
         if port == 0:
             server.stop(None)
+            executor.shutdown(wait=False)
             raise UserError(f"cannot serve P4Runtime on {self.addr}: address unavailable")
         host = self.addr.rsplit(":", 1)[0]
         self.addr = f"{host}:{port}"
         server.start()
         self._server = server
+        self._executor = executor
 
     def stop(self, grace_s: float | None = 1.0) -> None:
         """End every stream, then stop serving; waits for in-flight RPCs up to ``grace_s``."""
@@ -66,6 +71,9 @@ class P4RuntimeServer:
             return
         self.servicer.arbitrator.close_all()
         server.stop(grace_s).wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def __enter__(self) -> P4RuntimeServer:
         self.start()
