@@ -389,11 +389,22 @@ class WorkloadRunner:
         first = beamer_option(experiment_id, stage_id, local_coflow_id(trial.trial_id, 0))
         connections: list[Connection] = []
         try:
-            # Connect before the first iteration: handshakes are not part of a coflow.
-            for flow in flows:
-                connections.append(await self.agents.connect(flow.src_host, flow.dst_host, first))
+            # Workers connect while the first iteration computes, as training
+            # processes do at start-up: handshakes are not part of any coflow.
+            connecting = asyncio.gather(
+                *(self.agents.connect(flow.src_host, flow.dst_host, first) for flow in flows)
+            )
+            try:
+                await asyncio.gather(connecting, asyncio.sleep(trial.compute_s))
+            finally:
+                if connecting.done() and not connecting.cancelled():
+                    if connecting.exception() is None:
+                        connections.extend(connecting.result())
+                else:
+                    connecting.cancel()
             for iteration in range(trial.iterations):
-                await asyncio.sleep(trial.compute_s)
+                if iteration > 0:
+                    await asyncio.sleep(trial.compute_s)
                 coflow_id = await self._report(
                     functools.partial(
                         self.sink.coflow_started, experiment_id, stage_id, trial.trial_id, iteration

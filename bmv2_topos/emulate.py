@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bmv2_topos.agent import (
     ControllerOptional,
@@ -155,22 +154,28 @@ def emulation_workload(
 
 
 def alone_sct_s(stage: Stage, link_bps: float) -> float:
-    """The stage's SCT when alone in the network: every coflow at its bottleneck bound.
+    """A lower bound on the stage's SCT when it is alone in the network.
 
-    Ports follow the big-switch model (each host's uplink and downlink at
-    ``link_bps``); a trial's iterations are sequential (compute, then sync).
+    The larger of two bounds: the slowest trial on its own (its iterations in
+    sequence, each compute then sync at the coflow's busiest port), and the
+    busiest port's bytes over the whole stage (its trials share the hosts).
+    Ports follow the big-switch model: each host's uplink and downlink at
+    ``link_bps``.
     """
-    longest = 0.0
+    longest_trial_s = 0.0
+    stage_load: dict[tuple[str, int], int] = {}
     for trial in stage.trials:
         load: dict[tuple[str, int], int] = {}
         for flow in trial.sync_flows:
             if flow.src_host == flow.dst_host:
                 continue
-            load["up", flow.src_host] = load.get(("up", flow.src_host), 0) + flow.size_bytes
-            load["down", flow.dst_host] = load.get(("down", flow.dst_host), 0) + flow.size_bytes
+            for port in (("up", flow.src_host), ("down", flow.dst_host)):
+                load[port] = load.get(port, 0) + flow.size_bytes
+                stage_load[port] = stage_load.get(port, 0) + trial.iterations * flow.size_bytes
         sync_s = max(load.values(), default=0) * 8 / link_bps
-        longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
-    return longest
+        longest_trial_s = max(longest_trial_s, trial.iterations * (trial.compute_s + sync_s))
+    busiest_port_s = max(stage_load.values(), default=0) * 8 / link_bps
+    return max(longest_trial_s, busiest_port_s)
 
 
 def alone_times(workload: Workload) -> dict[tuple[int, int], float]:
@@ -185,13 +190,19 @@ def alone_times(workload: Workload) -> dict[tuple[int, int], float]:
 
 
 def predicted_avg_sct_s(workload: Workload, policy: str, queues: int) -> float | None:
-    """The flow-level simulator's average SCT for the same workload and policy, if available."""
+    """The flow-level simulator's average SCT for the same workload, policy and classes.
+
+    None when the simulator or the policy is not available (the table then says n/a).
+    """
     try:
-        from sim import api as sim_api  # type: ignore[attr-defined,unused-ignore]
+        from control.policies import get_policy
+        from sim.engine import SimConfig, simulate
     except ImportError:
         return None
-    result: Any = sim_api.average_sct_s(workload, policy, queues)
-    return float(result)
+    result = simulate(workload, get_policy(policy), SimConfig(num_classes=queues))
+    if not result.sct_s:
+        return None
+    return statistics.fmean(result.sct_s.values())
 
 
 # --- runs -------------------------------------------------------------------------------

@@ -83,10 +83,12 @@ def switch_interface(switch: str, port: int) -> str:
     return name if len(name) <= 15 else f"{switch[:6]}-p{port}"
 
 
-def _set_parent_death_signal() -> None:
+def _child_setup(niceness: int) -> None:
     """Children die with the run even when it is SIGKILLed (``beamer clean`` does the rest)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if niceness:
+        os.nice(niceness)
 
 
 @dataclass
@@ -106,6 +108,9 @@ class EmulatedNetwork:
     queues: int = 8
     p4_source: Path = DEFAULT_P4
     queue_depth_packets: int | None = None
+    switch_niceness: int = -10
+    """A software switch stands in for hardware that shares no CPU: when the
+    machine is busy, the hosts should slow down, not the network."""
     mtu_bytes: int = 9000
     """Jumbo frames, as GPU clusters use: a sixth of the packets a 1500-byte MTU needs."""
     bmv2_json: Path | None = None
@@ -243,6 +248,21 @@ class EmulatedNetwork:
             ]
             netns.ip_batch(self.host_namespace(host.name), lines)
         netns.ip_batch(self.fabric_namespace, fabric_lines)
+        for host in topology.hosts:
+            # Training connections idle during compute; keep their window across
+            # iterations (as tuned clusters do) instead of slow-starting every time.
+            netns.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.host_namespace(host.name),
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    "net.ipv4.tcp_slow_start_after_idle=0",
+                ]
+            )
         # A software switch reads frames through raw sockets: segmentation and
         # checksum offloads would hand it 64 KB super-frames and partial checksums.
         for offloaded in offloads:
@@ -284,7 +304,7 @@ class EmulatedNetwork:
 
     # --- processes -------------------------------------------------------------------
 
-    def _spawn(self, role: str, argv: list[str]) -> ManagedProcess:
+    def _spawn(self, role: str, argv: list[str], niceness: int = 0) -> ManagedProcess:
         assert self.state is not None
         log_path = self.run_dir / f"{role}.log"
         log_file = log_path.open("wb")
@@ -299,7 +319,7 @@ class EmulatedNetwork:
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
             start_new_session=True,
-            preexec_fn=_set_parent_death_signal,
+            preexec_fn=functools.partial(_child_setup, niceness),
         )
         self.state.add_process(popen.pid, role)
         process = ManagedProcess(role, popen, log_path, log_file)
@@ -353,7 +373,7 @@ class EmulatedNetwork:
                 if self.queue_depth_packets is not None:
                     argv += ["--queue-depth", str(self.queue_depth_packets)]
                 argv.append("--no-p4")
-            self._spawn(f"switch-{switch.name}", argv)
+            self._spawn(f"switch-{switch.name}", argv, niceness=self.switch_niceness)
         for switch in self.topology.switches:
             address, _, port_text = switch.grpc_addr.rpartition(":")
             self._wait_listening(f"switch-{switch.name}", address, int(port_text))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import shutil
 import socket
@@ -78,9 +79,14 @@ def list_namespaces() -> list[str]:
         return []
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """Loaded once: ``find_library`` runs helper programs, far too slow per socket."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _libc_setns(fd: int) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
 
