@@ -11,12 +11,16 @@ event API with the Python client, and reports p50 and p99 of the round trip,
 the writes each event caused, and where the time went (snapshot, policy,
 planning, diff, protobuf encoding, Write RPCs).
 
+A burst follows: 20 trials end an iteration and start the next at once, each from
+its own client, as host agents do; it reports the wall time and how many
+reschedules covered the 40 events (group commit).
+
 The pure-Python protobuf share is measured directly: every WriteRequest the
 controller sent is rebuilt from its entries and serialised again, timed alone.
 The reference measured in the same run is the HTTP round trip of an event that
 the controller refuses (no scheduling, no writes): the fixed cost of the API.
 
-    python -m bench.bench_controller [--quick] [--policy beamer]
+    python -m bench.bench_controller [--quick] [--policies beamer,sincronia]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +55,7 @@ NUM_HOSTS = 16
 STAGES = 100
 TRIALS_PER_STAGE = 10
 GOAL_P50_MS = 20.0
+BURST_TRIALS = 20
 
 
 def topology(grpc_addr: str) -> Any:
@@ -171,6 +177,68 @@ def switch_process() -> Iterator[str]:
             child.wait()
 
 
+def fill(url: str, plans: list[dict[str, Any]], clients: int = 10) -> None:
+    """Release the experiments and start every trial's first coflow, from several clients
+    at once (group commit keeps this from costing one reschedule per event)."""
+    failures: list[BaseException] = []
+
+    def agent(share: list[dict[str, Any]]) -> None:
+        try:
+            with EventClient(url) as client:
+                for experiment in share:
+                    experiment_id = experiment["experiment_id"]
+                    client.experiment_released(experiment)
+                    client.stage_released(experiment_id, 0)
+                    for trial_id in range(TRIALS_PER_STAGE):
+                        client.trial_started(experiment_id, 0, trial_id)
+                        client.coflow_started(experiment_id, 0, trial_id, 0)
+        except BaseException as error:  # reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=agent, args=(plans[i::clients],)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def measure_burst(
+    url: str, iteration: dict[tuple[int, int], int], controller: Controller
+) -> dict[str, float]:
+    """A synchronisation burst: one trial of each of 20 stages ends an iteration and
+    starts the next at the same moment, each from its own client (as host agents do)."""
+    trials = [(experiment_id, 0) for experiment_id in range(0, STAGES, STAGES // BURST_TRIALS)]
+    reschedules = controller.reschedules
+    failures: list[BaseException] = []
+
+    def agent(experiment_id: int, trial_id: int) -> None:
+        current = iteration[experiment_id, trial_id]
+        try:
+            with EventClient(url) as client:
+                client.coflow_finished(experiment_id, 0, trial_id, current)
+                client.coflow_started(experiment_id, 0, trial_id, current + 1)
+        except BaseException as error:  # reported below
+            failures.append(error)
+        iteration[experiment_id, trial_id] = current + 1
+
+    threads = [threading.Thread(target=agent, args=trial) for trial in trials]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise failures[0]
+    return {
+        "burst_events": 2 * len(trials),
+        "burst_s": elapsed,
+        "burst_reschedules": controller.reschedules - reschedules,
+    }
+
+
 def run(events: int, policy_name: str, seed: int) -> dict[str, Any]:
     with switch_process() as address:
         return measure(address, events, policy_name, seed)
@@ -191,15 +259,11 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
     try:
         controller.start()
         events_server.start()
+        plans = [plan(experiment_id, rng) for experiment_id in range(STAGES)]
+        fill_started = time.perf_counter()
+        fill(events_server.url, plans)
+        fill_s = time.perf_counter() - fill_started
         with EventClient(events_server.url) as client:
-            fill_started = time.perf_counter()
-            for experiment_id in range(STAGES):
-                client.experiment_released(plan(experiment_id, rng))
-                client.stage_released(experiment_id, 0)
-                for trial_id in range(TRIALS_PER_STAGE):
-                    client.trial_started(experiment_id, 0, trial_id)
-                    client.coflow_started(experiment_id, 0, trial_id, 0)
-            fill_s = time.perf_counter() - fill_started
             status = client.status()
             assert len(status["order"]) == STAGES * TRIALS_PER_STAGE
             installed = len(status["switches"][0]["entries"])
@@ -236,6 +300,7 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
                 iteration[experiment_id, trial_id] = current + 1
             recorder.uninstall()
         phases = dict(controller.phase_s)
+        burst = measure_burst(events_server.url, iteration, controller)
         protobuf_s = recorder.protobuf_seconds()
     finally:
         recorder.uninstall()
@@ -252,6 +317,7 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
         "protobuf_ms_per_event": protobuf_s * 1e3 / measured,
         "protobuf_share": protobuf_s / total_s,
         "fill_s": fill_s,
+        **burst,
         "entries_installed": installed,
     }
 
@@ -259,7 +325,11 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer events, one run")
-    parser.add_argument("--policy", default="beamer", help="policy to run (default beamer)")
+    parser.add_argument(
+        "--policies",
+        default="beamer,sincronia",
+        help="comma-separated policies to run (default beamer,sincronia)",
+    )
     parser.add_argument("--serve-switch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_switch:
@@ -267,37 +337,47 @@ def main() -> None:
         return
     runs = 1 if args.quick else 3
     events = 60 if args.quick else 300
-    results = [run(events, args.policy, seed) for seed in range(1, runs + 1)]
-    latencies = [x for r in results for x in r["latencies"]]
-    refused = [x for r in results for x in r["refused"]]
-    p50_ms = percentile(latencies, 50) * 1e3
     emit(
         {
             "benchmark": "controller reaction time (event in -> all writes acknowledged)",
-            "policy": args.policy,
             "stages": STAGES,
             "active_coflows": STAGES * TRIALS_PER_STAGE,
-            "events_measured": len(latencies),
             "runs": runs,
-            "p50_ms": round(p50_ms, 3),
-            "p99_ms": round(percentile(latencies, 99) * 1e3, 3),
             "goal_p50_ms": GOAL_P50_MS,
-            "p50_over_goal": round(p50_ms / GOAL_P50_MS, 3),
-            "reference_refused_event_p50_ms": round(statistics.median(refused) * 1e3, 3),
-            "writes_per_event": _median_dict([r["writes_per_event"] for r in results]),
-            "phase_ms_per_event": _median_dict([r["phase_ms_per_event"] for r in results]),
-            "phase_share_of_reaction": _median_dict([r["phase_share"] for r in results]),
             "protobuf_backend": api_implementation.Type(),
-            "protobuf_build_and_serialise_ms_per_event": round(
-                statistics.median(r["protobuf_ms_per_event"] for r in results), 4
-            ),
-            "protobuf_share_of_reaction": round(
-                statistics.median(r["protobuf_share"] for r in results), 4
-            ),
-            "fill_1000_coflows_s": round(statistics.median(r["fill_s"] for r in results), 3),
-            "entries_installed": results[0]["entries_installed"],
+            "policies": {
+                name: summarise([run(events, name, seed) for seed in range(1, runs + 1)])
+                for name in args.policies.split(",")
+            },
         }
     )
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    latencies = [x for r in results for x in r["latencies"]]
+    refused = [x for r in results for x in r["refused"]]
+    p50_ms = percentile(latencies, 50) * 1e3
+    return {
+        "events_measured": len(latencies),
+        "p50_ms": round(p50_ms, 3),
+        "p99_ms": round(percentile(latencies, 99) * 1e3, 3),
+        "p50_over_goal": round(p50_ms / GOAL_P50_MS, 3),
+        "reference_refused_event_p50_ms": round(statistics.median(refused) * 1e3, 3),
+        "writes_per_event": _median_dict([r["writes_per_event"] for r in results]),
+        "phase_ms_per_event": _median_dict([r["phase_ms_per_event"] for r in results]),
+        "phase_share_of_reaction": _median_dict([r["phase_share"] for r in results]),
+        "protobuf_build_and_serialise_ms_per_event": round(
+            statistics.median(r["protobuf_ms_per_event"] for r in results), 4
+        ),
+        "protobuf_share_of_reaction": round(
+            statistics.median(r["protobuf_share"] for r in results), 4
+        ),
+        "fill_1000_coflows_s": round(statistics.median(r["fill_s"] for r in results), 3),
+        "burst_events": results[0]["burst_events"],
+        "burst_s": round(statistics.median(r["burst_s"] for r in results), 3),
+        "burst_reschedules": statistics.median(r["burst_reschedules"] for r in results),
+        "entries_installed": results[0]["entries_installed"],
+    }
 
 
 def _median_dict(items: list[dict[str, float]]) -> dict[str, float]:
