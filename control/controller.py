@@ -368,10 +368,9 @@ class ScheduleState:
             if record.stage_index < 0:
                 continue
             done = {}
-            for trial_id, trial in record.trials.items():
-                plan = record.trial_plan(trial_id)
-                assert plan is not None
-                done[trial_id] = plan.iterations if trial.stopped else trial.iterations_done
+            for plan in record.plan.stages[record.stage_index].trials:
+                trial = record.trials[plan.trial_id]
+                done[plan.trial_id] = plan.iterations if trial.stopped else trial.iterations_done
             experiments[e_id] = ExperimentState(
                 experiment=record.plan,
                 stage_index=record.stage_index,
