@@ -284,3 +284,39 @@ def test_compile_error_is_a_user_error() -> None:
     from control.errors import UserError
 
     assert issubclass(CompileError, UserError)
+
+
+def test_mutated_programs_fail_only_with_compile_errors() -> None:
+    """Token-level mutations of real programs: a CompileError or a working pipeline, no crash."""
+    import random
+    import re
+
+    from softswitch.pipeline import Pipeline
+
+    root = Path(__file__).resolve().parent
+    sources = [
+        (root.parent / "p4src" / "beamer.p4").read_text(),
+        (root / "p4progs" / "features.p4").read_text(),
+    ]
+    rng = random.Random(7)
+    outcomes = {"compiled": 0, "rejected": 0}
+    for _ in range(60):
+        tokens = re.findall(r"\w+|[^\w\s]|\s+", rng.choice(sources))
+        for _ in range(rng.randint(1, 3)):
+            index = rng.randrange(len(tokens))
+            choice = rng.random()
+            if choice < 0.4:
+                del tokens[index]
+            elif choice < 0.7:
+                tokens.insert(index, rng.choice(tokens))
+            else:
+                tokens[index] = rng.choice(tokens)
+        try:
+            pipeline = Pipeline(compile_source("".join(tokens), "mutant.p4"))
+        except CompileError:
+            outcomes["rejected"] += 1
+            continue
+        pipeline.process(1, bytes(64))
+        assert pipeline.internal_errors == 0
+        outcomes["compiled"] += 1
+    assert outcomes["rejected"] > 20 and outcomes["compiled"] > 2

@@ -74,6 +74,37 @@ extern register<T, I> {
     void write(in I index, in T value);
 }
 
+enum CloneType {
+    I2E,
+    E2I
+}
+
+/* Declared so that programs using them get a precise "not supported by this
+ * target" error rather than an unknown name. */
+extern meter<I> {
+    meter(bit<32> size, MeterType type);
+    void execute_meter<T>(in I index, out T result);
+}
+
+extern direct_meter<T> {
+    direct_meter(MeterType type);
+    void read(out T result);
+}
+
+extern action_profile {
+    action_profile(bit<32> size);
+}
+
+extern void clone(in CloneType type, in bit<32> session);
+extern void resubmit_preserving_field_list(bit<8> index);
+extern void recirculate_preserving_field_list(bit<8> index);
+extern void clone_preserving_field_list(in CloneType type, in bit<32> session, bit<8> index);
+extern void truncate(in bit<32> length);
+extern void digest<T>(in bit<32> receiver, in T data);
+extern void log_msg(string msg);
+extern void assert(in bool check);
+extern void assume(in bool check);
+
 extern void random<T>(out T result, in T lo, in T hi);
 
 extern void hash<O, T, D, M>(out O result, in HashAlgorithm algo, in T base, in D data, in M max);
