@@ -694,3 +694,41 @@ def test_a_server_fault_in_one_update_is_internal_and_spares_the_rest(
     )
     assert codes == [code_pb2.OK, code_pb2.INTERNAL, code_pb2.OK]
     assert len(read(target.stub, table_read(CLASS_TABLE))) == 2
+
+
+def test_rollback_on_error_restores_everything_the_batch_changed(target: Target) -> None:
+    write(
+        target.stub,
+        (Update.INSERT, class_entry(1, 1, class_id=1)),
+        (Update.INSERT, lpm_entry(b"\x0a\x00\x00\x00", 8, port=b"\x01")),
+        (Update.MODIFY, counter_entity(STAGE_BYTES, 2, (500, 5))),
+    )
+    default = p4runtime_pb2.TableEntry(table_id=LPM_TABLE, is_default_action=True)
+    default.action.action.action_id = SET_EGRESS
+    default.action.action.params.add(param_id=1, value=b"\x04")
+    before = read(target.stub, table_read(), counter_entity(0))
+    modified = class_entry(1, 1, class_id=6)
+    modified.counter_data.byte_count = 99
+    request_updates = [
+        (Update.INSERT, class_entry(1, 2)),
+        (Update.MODIFY, modified),
+        (Update.DELETE, lpm_entry(b"\x0a\x00\x00\x00", 8)),
+        (Update.MODIFY, counter_entity(STAGE_BYTES, None, (7, 7))),
+        (Update.MODIFY, default),
+        (Update.INSERT, class_entry(1, 2)),  # fails: inserted above in this batch
+        (Update.INSERT, class_entry(1, 3)),  # never attempted
+    ]
+    with pytest.raises(grpc.RpcError) as caught:
+        write(target.stub, *request_updates, atomicity=p4runtime_pb2.WriteRequest.ROLLBACK_ON_ERROR)
+    codes = [e.canonical_code for e in write_error_details(caught.value)]
+    assert codes == [code_pb2.ABORTED] * 5 + [code_pb2.ALREADY_EXISTS, code_pb2.ABORTED]
+    assert read(target.stub, table_read(), counter_entity(0)) == before
+    (class_hits,) = read(target.stub, table_read(CLASS_TABLE, counter_data=True))
+    assert class_hits.table_entry.counter_data.byte_count == 0
+    (lpm_default,) = read(target.stub, table_read(LPM_TABLE, is_default_action=True))
+    assert lpm_default.table_entry.action.action.action_id == DROP
+
+    # The same batch without the failing update applies whole.
+    good = request_updates[:5] + request_updates[6:]
+    write(target.stub, *good, atomicity=p4runtime_pb2.WriteRequest.ROLLBACK_ON_ERROR)
+    assert len(read(target.stub, table_read(CLASS_TABLE))) == 3

@@ -33,7 +33,7 @@ from softswitch.p4rt.status import (
     unimplemented,
 )
 from softswitch.p4rt.wire import decode_write_request
-from softswitch.p4rt.writes import apply_raw_update
+from softswitch.p4rt.writes import Undo, apply_raw_update
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ P4RUNTIME_API_VERSION = "1.4.1"
 READ_CHUNK_ENTITIES = 1000
 
 WriteRequest = p4runtime_pb2.WriteRequest
+
+# CONTINUE_ON_ERROR is required by the spec; ROLLBACK_ON_ERROR undoes a failed batch.
+# DATAPLANE_ATOMIC is not offered: packets are processed while a batch is applied.
+ATOMICITY_SUPPORTED = (WriteRequest.CONTINUE_ON_ERROR, WriteRequest.ROLLBACK_ON_ERROR)
 
 
 class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
@@ -74,15 +78,18 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         failed = False
         try:
             self.arbitrator.check_primary(batch.device_id, batch.role, batch.election_id)
-            if batch.atomicity != WriteRequest.CONTINUE_ON_ERROR:
-                name = WriteRequest.Atomicity.Name(batch.atomicity)
-                raise unimplemented(f"atomicity {name} is not supported; use CONTINUE_ON_ERROR")
+            if batch.atomicity not in ATOMICITY_SUPPORTED:
+                names = dict(WriteRequest.Atomicity.items())
+                name = next((k for k, v in names.items() if v == batch.atomicity), batch.atomicity)
+                raise unimplemented(f"atomicity {name} is not supported by this target")
+            rollback = batch.atomicity == WriteRequest.ROLLBACK_ON_ERROR
             with self.state_lock:
                 active = self.configs.active()
+                undos: list[Undo] = []
                 with active.runtime.lock:
                     for update in batch.updates:
                         try:
-                            apply_raw_update(active, update)
+                            undos.append(apply_raw_update(active, update))
                             errors.append(None)
                         except P4RuntimeError as error:
                             errors.append(error)
@@ -91,6 +98,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                             log.exception("internal error applying an update")
                             errors.append(internal(error))
                             failed = True
+                        if failed and rollback:
+                            errors = _roll_back(undos, errors, len(batch.updates))
+                            break
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         if failed:
@@ -256,6 +266,24 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             error_message.message = f"stream message '{kind}' is not supported"
         stream.send(reply)
         return None
+
+
+def _roll_back(
+    undos: list[Undo], errors: list[P4RuntimeError | None], total: int
+) -> list[P4RuntimeError | None]:
+    """Undo a batch's applied updates, newest first; every other update is ABORTED."""
+    for undo in reversed(undos):
+        try:
+            undo()
+        except Exception:
+            log.exception("rolling back an update failed")
+    failed_at = len(errors) - 1
+    aborted = P4RuntimeError(
+        grpc.StatusCode.ABORTED, f"rolled back: update {failed_at} of the batch failed"
+    )
+    outcome: list[P4RuntimeError | None] = [aborted] * total
+    outcome[failed_at] = errors[failed_at]
+    return outcome
 
 
 def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:

@@ -1,10 +1,13 @@
 """Apply one ``Update`` of a WriteRequest to the runtime state (spec §9 and §12).
 
 Each function raises :class:`P4RuntimeError` with the code the spec gives the
-mistake; the servicer collects one outcome per update.
+mistake, or returns an :data:`Undo` that puts back what it changed (for
+ROLLBACK_ON_ERROR batches); the servicer collects one outcome per update.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -30,8 +33,11 @@ from softswitch.runtime import (
 
 Update = p4runtime_pb2.Update
 
+Undo = Callable[[], None]
+"""Restores the state an applied update changed; run in reverse order of application."""
 
-def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Update) -> None:
+
+def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Update) -> Undo:
     """Apply one update as received: table entries straight from the wire when possible."""
     if isinstance(update, bytes):
         decoded = decode_table_update(update)
@@ -39,15 +45,14 @@ def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Updat
             update_type, entry = decoded
             _check_type(update_type)
             try:
-                _write_table_entry(active, update_type, entry)
+                return _write_table_entry(active, update_type, entry)
             except RuntimeStateError as error:
                 raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
-            return
         try:
             update = p4runtime_pb2.Update.FromString(update)
         except DecodeError:
             raise invalid("the update cannot be parsed") from None
-    apply_update(active, update)
+    return apply_update(active, update)
 
 
 def _check_type(update_type: int) -> None:
@@ -55,23 +60,23 @@ def _check_type(update_type: int) -> None:
         raise invalid(f"update type {update_type} is not INSERT, MODIFY or DELETE")
 
 
-def apply_update(active: ActivePipeline, update: p4runtime_pb2.Update) -> None:
+def apply_update(active: ActivePipeline, update: p4runtime_pb2.Update) -> Undo:
     """Apply ``update`` or raise; the runtime's own errors keep their status code."""
     _check_type(update.type)
     kind = update.entity.WhichOneof("entity")
+    entity = update.entity
     try:
         if kind == "table_entry":
-            _write_table_entry(active, update.type, table_entry_data(update.entity.table_entry))
-        elif kind == "counter_entry":
-            _write_counter_entry(active, update.type, update.entity.counter_entry)
-        elif kind == "direct_counter_entry":
-            _write_direct_counter_entry(active, update.type, update.entity.direct_counter_entry)
-        elif kind == "register_entry":
-            _write_register_entry(active, update.type, update.entity.register_entry)
-        elif kind is None:
+            return _write_table_entry(active, update.type, table_entry_data(entity.table_entry))
+        if kind == "counter_entry":
+            return _write_counter_entry(active, update.type, entity.counter_entry)
+        if kind == "direct_counter_entry":
+            return _write_direct_counter_entry(active, update.type, entity.direct_counter_entry)
+        if kind == "register_entry":
+            return _write_register_entry(active, update.type, entity.register_entry)
+        if kind is None:
             raise invalid("the update's entity is not set")
-        else:
-            raise unimplemented(f"{kind} is not supported by this target")
+        raise unimplemented(f"{kind} is not supported by this target")
     except RuntimeStateError as error:
         raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
 
@@ -98,23 +103,26 @@ def _counter_of(counter: tuple[int, int]) -> CounterData:
     return CounterData(byte_count, packet_count)
 
 
-def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEntryData) -> None:
+def _copy(counter: CounterData) -> CounterData:
+    return CounterData(counter.byte_count, counter.packet_count)
+
+
+def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEntryData) -> Undo:
     if entry.is_const:
         raise invalid("is_const must be false in a write")
     table = table_info(active.index, entry.table_id)
     _check_no_unsupported_resources(table, entry)
     runtime = active.runtime
     if entry.is_default_action:
-        _write_default_entry(active, table, update_type, entry)
-        return
+        return _write_default_entry(active, table, update_type, entry)
     if not table.match_fields and update_type == Update.INSERT:
         raise invalid(f"table '{table.name}' has no key: only its default entry can be written")
     key = parse_key(table, entry)
     if update_type == Update.DELETE:
         if table.is_const_table:
             raise permission_denied(f"table '{table.name}' has const entries")
-        runtime.delete_entry(key.table_id, key.matches, key.priority)
-        return
+        removed = runtime.delete_entry(key.table_id, key.matches, key.priority)
+        return lambda: runtime.table(key.table_id).insert(removed)
     if update_type == Update.INSERT:
         if table.is_const_table:
             raise permission_denied(f"table '{table.name}' has const entries")
@@ -133,12 +141,22 @@ def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEnt
                 entry.metadata,
             ),
         )
-        return
+
+        def undo_insert() -> None:
+            runtime.delete_entry(key.table_id, key.matches, key.priority)
+
+        return undo_insert
     # MODIFY: the action may be left out (kept); the counter is written only when given.
     new_counter = _counter_of(entry.counter) if entry.counter is not None else None
     with runtime.lock:
         state = runtime.table(key.table_id)
         existing = state.get(key.matches, key.priority)
+        before = (
+            existing.action,
+            existing.controller_metadata,
+            existing.metadata,
+            _copy(existing.counter),
+        )
         if table.is_const_table:
             if entry.has_action:
                 raise permission_denied(f"table '{table.name}' has const entries")
@@ -151,10 +169,16 @@ def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEnt
         if new_counter is not None:
             existing.counter = new_counter
 
+    def undo() -> None:
+        # Entries are looked up by key; their action and data change in place.
+        existing.action, existing.controller_metadata, existing.metadata, existing.counter = before
+
+    return undo
+
 
 def _write_default_entry(
     active: ActivePipeline, table: TableInfo, update_type: int, entry: TableEntryData
-) -> None:
+) -> Undo:
     if update_type != Update.MODIFY:
         raise invalid("the default entry can only be modified (no INSERT or DELETE)")
     if entry.matches or entry.priority:
@@ -164,6 +188,7 @@ def _write_default_entry(
     runtime = active.runtime
     with runtime.lock:
         state = runtime.table(table.table_id)
+        before = (state.default_action, _copy(state.default_counter))
         if entry.has_action:
             state.set_default_action(parse_action(active.index, table, entry, default_entry=True))
         else:
@@ -173,10 +198,19 @@ def _write_default_entry(
         if entry.counter is not None:
             state.default_counter = _counter_of(entry.counter)
 
+    def undo() -> None:
+        state.default_action, state.default_counter = before
+
+    return undo
+
+
+def _nothing() -> None:
+    """The undo of an update that changed nothing."""
+
 
 def _write_counter_entry(
     active: ActivePipeline, update_type: int, entry: p4runtime_pb2.CounterEntry
-) -> None:
+) -> Undo:
     if update_type != Update.MODIFY:
         raise invalid("counter entries can only be modified")
     info = active.index.counters.get(entry.counter_id)
@@ -188,17 +222,25 @@ def _write_counter_entry(
         else range(info.size)
     )
     if not entry.HasField("data"):
-        return
+        return _nothing
     data = counter_data(entry.data)
     runtime: RuntimeState = active.runtime
+    counter_id = entry.counter_id
     with runtime.lock:
+        before = [(index, runtime.read_counter(counter_id, index)[0]) for index in indexes]
         for index in indexes:
-            runtime.write_counter(entry.counter_id, index, data)
+            runtime.write_counter(counter_id, index, data)
+
+    def undo() -> None:
+        for index, old in before:
+            runtime.write_counter(counter_id, index, old)
+
+    return undo
 
 
 def _write_direct_counter_entry(
     active: ActivePipeline, update_type: int, entry: p4runtime_pb2.DirectCounterEntry
-) -> None:
+) -> Undo:
     if update_type != Update.MODIFY:
         raise invalid("direct counter entries can only be modified")
     table = table_info(active.index, entry.table_entry.table_id)
@@ -208,18 +250,29 @@ def _write_direct_counter_entry(
     with runtime.lock:
         state = runtime.table(table.table_id)
         if entry.table_entry.is_default_action:
+            old_default = _copy(state.default_counter)
             if entry.HasField("data"):
                 state.default_counter = counter_data(entry.data)
-            return
+
+            def undo_default() -> None:
+                state.default_counter = old_default
+
+            return undo_default
         key = parse_key(table, table_entry_data(entry.table_entry))
         existing = state.get(key.matches, key.priority)  # NOT_FOUND when missing
+        old = _copy(existing.counter)
         if entry.HasField("data"):
             existing.counter = counter_data(entry.data)
+
+    def undo() -> None:
+        existing.counter = old
+
+    return undo
 
 
 def _write_register_entry(
     active: ActivePipeline, update_type: int, entry: p4runtime_pb2.RegisterEntry
-) -> None:
+) -> Undo:
     if update_type != Update.MODIFY:
         raise invalid("register entries can only be modified")
     runtime = active.runtime
@@ -233,6 +286,14 @@ def _write_register_entry(
         indexes = [array_index(register.size, entry.index.index, f"register '{register.name}'")]
     else:
         indexes = list(range(register.size))
+    register_id = entry.register_id
     with runtime.lock:
+        before = [(index, runtime.read_register(register_id, index)[0]) for index in indexes]
         for index in indexes:
-            runtime.write_register(entry.register_id, index, value)
+            runtime.write_register(register_id, index, value)
+
+    def undo() -> None:
+        for index, old in before:
+            runtime.write_register(register_id, index, old)
+
+    return undo
