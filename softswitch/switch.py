@@ -165,7 +165,9 @@ class Switch:
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._wake_read_fd, self._wake_write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # The wake-up pipe exists only while the pipeline thread runs.
+        self._wake_fds: tuple[int, int] | None = None
+        self._wake_lock = threading.Lock()
         self._closed = False
         self.failure: BaseException | None = None
         """Set when the pipeline thread died of an unexpected error (the thread has ended)."""
@@ -277,8 +279,7 @@ class Switch:
             for egress in self._ingress(port, frame, now_s):
                 # Other ports were served up to now already (advance / the loop).
                 self._drain(egress, now_s)
-        if self._thread is not None:
-            self._wake()
+        self._wake()
 
     def _ingress(
         self, ingress_port: int, frame: bytes, now_s: float
@@ -389,7 +390,11 @@ class Switch:
         if self._thread is not None:
             return
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._serve, name="beamer-switch", daemon=True)
+        with self._wake_lock:
+            self._wake_fds = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread = threading.Thread(
+            target=self._serve, args=(self._wake_fds[0],), name="beamer-switch", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -406,6 +411,11 @@ class Switch:
         self._wake()
         thread.join()
         self._thread = None
+        with self._wake_lock:
+            if self._wake_fds is not None:
+                for fd in self._wake_fds:
+                    os.close(fd)
+                self._wake_fds = None
 
     def close(self) -> None:
         """Stop and close every port and descriptor (idempotent)."""
@@ -418,8 +428,6 @@ class Switch:
                 port.close()
             except OSError:
                 log.exception("closing port %s", port.name)
-        os.close(self._wake_read_fd)
-        os.close(self._wake_write_fd)
 
     def __enter__(self) -> Switch:
         return self
@@ -428,24 +436,25 @@ class Switch:
         self.close()
 
     def _wake(self) -> None:
-        if self._thread is None or self._closed:
-            return
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_write_fd, b"\0")
+        """Make the pipeline thread re-plan now (new packets, rates or program)."""
+        with self._wake_lock:
+            if self._wake_fds is not None:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_fds[1], b"\0")
 
-    def _serve(self) -> None:
+    def _serve(self, wake_fd: int) -> None:
         readable: dict[int, tuple[int, LinuxPort]] = {
             port.fileno(): (number, port)
             for number, port in self.ports.items()
             if isinstance(port, LinuxPort)
         }
         with select.epoll() as poller:
-            poller.register(self._wake_read_fd, select.EPOLLIN)
+            poller.register(wake_fd, select.EPOLLIN)
             for fd in readable:
                 poller.register(fd, select.EPOLLIN)
             log.info("switch running on %d port(s)", len(self.ports))
             try:
-                self._serve_loop(poller, readable)
+                self._serve_loop(poller, readable, wake_fd)
             except Exception as error:
                 # Reported through .failure; whoever runs the switch decides what to do.
                 self.failure = error
@@ -453,7 +462,9 @@ class Switch:
             finally:
                 log.info("switch loop stopped")
 
-    def _serve_loop(self, poller: select.epoll, readable: dict[int, tuple[int, LinuxPort]]) -> None:
+    def _serve_loop(
+        self, poller: select.epoll, readable: dict[int, tuple[int, LinuxPort]], wake_fd: int
+    ) -> None:
         clock = self.clock
         traffic_manager = self.traffic_manager
         while not self._stopping.is_set():
@@ -463,9 +474,9 @@ class Switch:
             if next_s is not None:
                 timeout_s = min(IDLE_WAIT_S, max(0.0, next_s - clock.now_s()))
             for fd, _ in poller.poll(timeout_s):
-                if fd == self._wake_read_fd:
+                if fd == wake_fd:
                     with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_read_fd, 4096)
+                        os.read(wake_fd, 4096)
                     continue
                 number, port = readable[fd]
                 frames = port.receive(RECEIVE_BATCH_FRAMES)

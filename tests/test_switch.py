@@ -8,6 +8,7 @@ job (queues, rates, drops, clocks) independently of the P4 pipeline.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass
 
@@ -237,3 +238,20 @@ def test_real_time_switch_starts_and_stops_with_memory_ports() -> None:
     times = [d.time_s for d in memory.departures]
     # Never faster than the rate (a loaded machine may only make it slower).
     assert all(b - a >= 0.005 - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_start_stop_and_close_leave_no_descriptor_open() -> None:
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_descriptors()
+    for _ in range(20):
+        switch = Switch()
+        switch.add_memory_port(0)
+        switch.start()
+        switch.stop()
+        switch.start()
+        switch.close()
+        assert not switch.running
+        Switch(clock=VirtualClock()).add_memory_port(1)  # never started: nothing to close
+    assert open_descriptors() == before
