@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "control.controller_cli",
     "bmv2_topos.cli",
     "softswitch.compile_cli",
+    "sim.cli",
 )
 
 

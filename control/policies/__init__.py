@@ -1,1 +1,36 @@
-"""Scheduling policies, one module each, behind :class:`control.policies.base.Policy`."""
+"""Scheduling policies, one module each, behind :class:`control.policies.base.Policy`.
+
+:func:`get_policy` builds a fresh instance by name (policies may cache plan
+data, so each simulation or controller run gets its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from control.errors import UserError
+from control.policies.aalo import AaloPolicy
+from control.policies.base import BasePolicy
+from control.policies.beamer import BeamerPolicy, BeamerStagePolicy
+from control.policies.fair import FairPolicy
+from control.policies.fifo_lm import FifoLmPolicy
+from control.policies.sincronia import SincroniaPolicy
+from control.policies.varys import VarysPolicy
+
+POLICIES: dict[str, Callable[[], BasePolicy]] = {
+    "beamer": BeamerPolicy,
+    "beamer-stage": BeamerStagePolicy,
+    "sincronia": SincroniaPolicy,
+    "varys": VarysPolicy,
+    "aalo": AaloPolicy,
+    "fifo-lm": FifoLmPolicy,
+    "fair": FairPolicy,
+}
+
+
+def get_policy(name: str) -> BasePolicy:
+    """A new policy instance; unknown names are a :class:`UserError` listing the known ones."""
+    factory = POLICIES.get(name)
+    if factory is None:
+        raise UserError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return factory()

@@ -9,9 +9,11 @@ Policies know nothing of sockets, P4Runtime or simulated time steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
+
+import numpy as np
 
 from control.model import CoflowKey, Experiment, StageKey
 
@@ -78,3 +80,60 @@ class Policy(Protocol):
     allocator: ClassVar[Allocator]
 
     def rank(self, snapshot: Snapshot) -> Ranking: ...
+
+
+class PortVector(Mapping[int, float]):
+    """A read-only port → bytes mapping over a dense array (zeros are absent).
+
+    The simulator keeps per-port demand in numpy; wrapping the row spares it
+    from building a dict per coflow on every re-ranking, and lets
+    :func:`demand_matrix` stack rows without a Python loop over ports.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __getitem__(self, port: int) -> float:
+        if not 0 <= port < len(self.array) or self.array[port] == 0:
+            raise KeyError(port)
+        return float(self.array[port])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(int(p) for p in np.flatnonzero(self.array))
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self.array))
+
+
+def demand_matrix(coflows: Sequence[CoflowState], num_ports: int) -> np.ndarray:
+    """Remaining bytes, one row per coflow and one column per port."""
+    matrix = np.zeros((len(coflows), num_ports))
+    for row, coflow in enumerate(coflows):
+        ports = coflow.remaining_by_port
+        if isinstance(ports, PortVector):
+            matrix[row, : len(ports.array)] = ports.array
+        else:
+            for port, size in ports.items():
+                matrix[row, port] = size
+    return matrix
+
+
+class BasePolicy:
+    """Defaults shared by the policies: clairvoyant, strict-priority rates, no progress hooks."""
+
+    name: ClassVar[str] = ""
+    clairvoyant: ClassVar[bool] = True
+    allocator: ClassVar[Allocator] = "priority"
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        raise NotImplementedError
+
+    def next_rerank_sent_bytes(self, coflow: CoflowState) -> float | None:
+        """Sent bytes at which ``coflow``'s rank may change by progress alone (None: never).
+
+        Non-clairvoyant policies (Aalo) re-rank when a coflow crosses a
+        threshold; the simulator schedules an event at that instant.
+        """
+        return None

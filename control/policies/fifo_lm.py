@@ -1,0 +1,43 @@
+"""FIFO with limited multiplexing, after Baraat (Dogar et al., SIGCOMM 2014).
+
+Coflows are served in arrival order. A *heavy* coflow at the head would
+block everything behind it, so once a coflow has sent more than the heavy
+threshold it shares its priority with the next coflow in line (and so on
+down a chain of heavy coflows). Baraat derives the threshold from the task
+size distribution; without history we take the ``heavy_quantile`` of the
+active coflows' total sizes, which needs no clairvoyance about remaining bytes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from control.model import CoflowKey
+from control.policies.base import BasePolicy, Ranking, Snapshot
+
+
+class FifoLmPolicy(BasePolicy):
+    name: ClassVar[str] = "fifo-lm"
+    clairvoyant: ClassVar[bool] = False
+
+    def __init__(self, heavy_quantile: float = 0.8) -> None:
+        self.heavy_quantile = heavy_quantile
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        coflows = sorted(snapshot.coflows, key=lambda c: (c.arrival_s, c.key))
+        if not coflows:
+            return Ranking(())
+        sizes = np.array([c.total_bytes for c in coflows])
+        heavy_bytes = float(np.quantile(sizes, self.heavy_quantile))
+        groups: list[tuple[CoflowKey, ...]] = []
+        current: list[CoflowKey] = []
+        for coflow in coflows:
+            current.append(coflow.key)
+            if coflow.sent_bytes < heavy_bytes or heavy_bytes <= 0:
+                groups.append(tuple(current))
+                current = []
+        if current:
+            groups.append(tuple(current))
+        return Ranking(tuple(groups))

@@ -1,0 +1,235 @@
+"""``beamer simulate``: run policies over a workload in the fluid simulator and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from control.errors import UserError
+from control.policies import POLICIES, get_policy
+from control.quantize import STRATEGIES, Strategy
+from sim.engine import SimConfig, SimResult, simulate
+from sim.metrics import METRICS, isolated_sct, summarize
+from sim.report import plot_normalised, plot_sct_cdf, table, write_csv
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="compare scheduling policies in the flow-level simulator",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--workload",
+        default="hp-tuning",
+        help="hp-tuning, fb2010 or a workload file (JSON or trace)",
+    )
+    parser.add_argument(
+        "--policies",
+        default="beamer,sincronia,varys,aalo,fifo-lm,fair",
+        help=f"comma-separated, from: {', '.join(POLICIES)}",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="one workload seed (default 1)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 1,2,3")
+    parser.add_argument("--load", type=float, default=None, help="offered load (hp-tuning: 0.8)")
+    parser.add_argument(
+        "--queues", default="ideal", help="K classes, 'ideal' (unlimited), or a list: ideal,8"
+    )
+    parser.add_argument(
+        "--quantize", default="rank", choices=STRATEGIES, help="how a ranking maps onto K classes"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="directory for CSV files and plots")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.set_defaults(func=run)
+
+
+def parse_seeds(args: argparse.Namespace) -> list[int]:
+    if args.seed is not None and args.seeds is not None:
+        raise UserError("--seed and --seeds: give one or the other")
+    if args.seeds is None:
+        return [1 if args.seed is None else args.seed]
+    try:
+        seeds = [int(part) for part in args.seeds.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--seeds: {args.seeds!r} is not a comma-separated list of integers"
+        ) from None
+    if not seeds:
+        raise UserError("--seeds: no seed given")
+    return seeds
+
+
+def parse_queues(text: str) -> list[int | None]:
+    modes: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part == "ideal":
+            modes.append(None)
+            continue
+        try:
+            k = int(part)
+        except ValueError:
+            raise UserError(
+                f"--queues: {part!r} is neither 'ideal' nor a number of classes"
+            ) from None
+        if not 1 <= k <= 64:
+            raise UserError(f"--queues: {k} classes is outside 1..64")
+        modes.append(k)
+    return modes
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UserError("--policies: no policy given")
+    for name in names:
+        get_policy(name)
+    return names
+
+
+def mode_label(mode: int | None) -> str:
+    return "ideal" if mode is None else f"{mode}q"
+
+
+def run(args: argparse.Namespace) -> int:
+    from workloads.loader import load_workload
+
+    seeds = parse_seeds(args)
+    modes = parse_queues(args.queues)
+    policies = parse_policies(args.policies)
+    if args.load is not None and not (args.load > 0 and math.isfinite(args.load)):
+        raise UserError(f"--load: must be a positive number, not {args.load}")
+    strategy: Strategy = args.quantize
+    if args.out is not None:
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"{args.out}: cannot create: {error.strerror or error}") from None
+
+    per_seed: dict[str, list[dict[str, float]]] = {}
+    sct_values: dict[str, list[float]] = {}
+    stage_rows: list[list[object]] = []
+    runs = [(seed, mode, name) for seed in seeds for mode in modes for name in policies]
+    bar = tqdm(
+        total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=None, leave=False
+    )
+    try:
+        for seed in seeds:
+            workload = load_workload(args.workload, seed=seed, load=args.load)
+            alone = isolated_sct(workload)
+            for mode in modes:
+                for name in policies:
+                    label = name if len(modes) == 1 else f"{name} {mode_label(mode)}"
+                    bar.set_postfix_str(f"seed {seed} {label}")
+                    result = simulate(workload, get_policy(name), SimConfig(mode, strategy))
+                    per_seed.setdefault(label, []).append(summarize(result, alone))
+                    sct_values.setdefault(label, []).extend(result.sct_s.values())
+                    stage_rows.extend(_stage_rows(result, label, seed, alone))
+                    bar.update()
+    finally:
+        bar.close()
+
+    summary = _aggregate(per_seed, policies, modes)
+    reference = "beamer" if "beamer" in policies else None
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(
+            f"workload {args.workload}, seeds {','.join(map(str, seeds))}, quantisation {strategy}"
+        )
+        for mode in modes:
+            labels = [n if len(modes) == 1 else f"{n} {mode_label(mode)}" for n in policies]
+            print(f"\nqueues: {mode_label(mode)}")
+            print(table({label: summary[label] for label in labels}, reference))
+    if args.out is not None:
+        _write_outputs(args.out, summary, sct_values, stage_rows, policies, modes, reference)
+    return 0
+
+
+def _stage_rows(
+    result: SimResult, label: str, seed: int, alone: dict[Any, float]
+) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for key, sct_s in sorted(result.sct_s.items()):
+        base = alone.get(key, 0.0)
+        rows.append(
+            [
+                label,
+                seed,
+                key.experiment_id,
+                key.stage_id,
+                result.stage_release_s[key],
+                sct_s,
+                sct_s / base if base > 0 else "",
+            ]
+        )
+    return rows
+
+
+def _aggregate(
+    per_seed: dict[str, list[dict[str, float]]], policies: list[str], modes: list[int | None]
+) -> dict[str, dict[str, float]]:
+    """Mean over seeds; with beamer present, avg SCT relative to beamer's in the same mode."""
+    summary: dict[str, dict[str, float]] = {}
+    for label, runs in per_seed.items():
+        summary[label] = {key: statistics.fmean(run[key] for run in runs) for key in runs[0]}
+    if "beamer" in policies:
+        for mode in modes:
+            suffix = "" if len(modes) == 1 else f" {mode_label(mode)}"
+            reference = per_seed[f"beamer{suffix}"]
+            for name in policies:
+                runs = per_seed[f"{name}{suffix}"]
+                ratios = [
+                    run["avg_sct_s"] / ref["avg_sct_s"]
+                    for run, ref in zip(runs, reference, strict=True)
+                ]
+                summary[f"{name}{suffix}"]["avg_sct_rel"] = statistics.fmean(ratios)
+                summary[f"{name}{suffix}"]["seeds_beamer_lower"] = float(
+                    sum(1 for r in ratios if r > 1.0)
+                )
+    return summary
+
+
+def _write_outputs(
+    out: Path,
+    summary: dict[str, dict[str, float]],
+    sct_values: dict[str, list[float]],
+    stage_rows: list[list[object]],
+    policies: list[str],
+    modes: list[int | None],
+    reference: str | None,
+) -> None:
+    keys = [*METRICS, "avg_sct_rel", "seeds_beamer_lower", "events", "wall_s"]
+    write_csv(
+        out / "summary.csv",
+        ["policy", *keys],
+        [[label, *(metrics.get(key, "") for key in keys)] for label, metrics in summary.items()],
+    )
+    write_csv(
+        out / "stages.csv",
+        ["policy", "seed", "experiment", "stage", "release_s", "sct_s", "slowdown"],
+        stage_rows,
+    )
+    for mode in modes:
+        suffix = "" if len(modes) == 1 else f" {mode_label(mode)}"
+        name = mode_label(mode)
+        plot_sct_cdf(
+            out / f"sct_cdf_{name}.png",
+            {policy: sct_values[f"{policy}{suffix}"] for policy in policies},
+            f"SCT CDF, queues {name}",
+        )
+        if reference is not None:
+            plot_normalised(
+                out / f"avg_sct_vs_{reference}_{name}.png",
+                {policy: summary[f"{policy}{suffix}"]["avg_sct_rel"] for policy in policies},
+                reference,
+                f"average SCT relative to {reference}, queues {name}",
+            )

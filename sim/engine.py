@@ -1,0 +1,500 @@
+"""Event-driven fluid simulation of tuning experiments on a big switch.
+
+Time jumps from event to event: an experiment arrives, a coflow is released
+(its trial finished computing), a flow or coflow completes, or (for Aalo) a
+coflow's sent bytes cross a queue threshold. Between events every flow runs
+at a constant rate, so each interval is exact arithmetic, not a time step.
+
+Trials are bulk-synchronous: a stage releases every trial; a trial computes
+for ``compute_s`` and then synchronises (one coflow), ``iterations`` times;
+iteration i+1's computation starts when iteration i's coflow completes. A
+stage completes when its last trial does, and successive halving releases
+the next stage at that instant.
+
+The policy re-ranks on arrivals, releases and completions (and threshold
+crossings); :mod:`control.quantize` maps the ranking onto classes; a flow
+completion alone only re-divides the rates under the same classes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from control.errors import UserError
+from control.model import CoflowKey, StageKey, Workload
+from control.policies.base import (
+    Allocator,
+    BasePolicy,
+    CoflowState,
+    ExperimentState,
+    PortVector,
+    Snapshot,
+)
+from control.quantize import Strategy, group_classes
+from sim.allocate import greedy, madd, priority_maxmin
+
+COMPLETION_TOLERANCE = 1e-9
+"""A flow with less than this fraction of its size (or 1e-3 bytes) left has completed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """``num_classes`` None = ideal (one class per ranking group)."""
+
+    num_classes: int | None = None
+    strategy: Strategy = "rank"
+    allocator: Allocator | None = None
+    """None: the policy's own allocator."""
+    record_intervals: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Rates held constant over [start_s, end_s) (recorded only when asked, for checks)."""
+
+    start_s: float
+    end_s: float
+    flow_ids: np.ndarray
+    src_ports: np.ndarray
+    dst_ports: np.ndarray
+    rates_bytes_per_s: np.ndarray
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    stage_release_s: dict[StageKey, float] = field(default_factory=dict)
+    sct_s: dict[StageKey, float] = field(default_factory=dict)
+    coflow_release_s: dict[CoflowKey, float] = field(default_factory=dict)
+    cct_s: dict[CoflowKey, float] = field(default_factory=dict)
+    coflow_bytes: dict[CoflowKey, float] = field(default_factory=dict)
+    experiment_completion_s: dict[int, float] = field(default_factory=dict)
+    delivered_bytes: float = 0.0
+    events: int = 0
+    reranks: int = 0
+    wall_s: float = 0.0
+    end_s: float = 0.0
+    intervals: list[Interval] = field(default_factory=list)
+    flow_sizes: dict[int, float] = field(default_factory=dict)
+    """Network flow id → bytes (recorded with the intervals)."""
+
+
+@dataclass(slots=True)
+class _Coflow:
+    uid: int
+    key: CoflowKey
+    release_s: float
+    total_bytes: float
+    sent_bytes: float
+    flows_left: int
+    experiment: int
+    trial: int
+
+
+@dataclass(slots=True)
+class _ExperimentRun:
+    stage_index: int = -1
+    stage_release_s: float = 0.0
+    trials_left: int = 0
+    iterations_done: dict[int, int] = field(default_factory=dict)
+
+
+_ARRIVAL, _RELEASE = 0, 1
+
+
+class Simulation:
+    """One run of one policy over one workload; call :meth:`run` once."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        policy: BasePolicy,
+        config: SimConfig | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.allocator: Allocator = self.config.allocator or policy.allocator
+        self.progress = progress
+        self.num_hosts = workload.num_hosts
+        self.num_ports = workload.num_ports
+        self.capacity_bps = (float(workload.link_bps),) * self.num_ports
+        self.capacity = np.full(self.num_ports, workload.link_bps / 8.0)
+        self.result = SimResult(policy=policy.name)
+        self.now_s = 0.0
+        self._heap: list[tuple[float, int, int, tuple[int, int, int]]] = []
+        self._seq = 0
+        self._coflows: dict[int, _Coflow] = {}
+        self._next_uid = 0
+        self._next_flow_id = 0
+        self._runs = [_ExperimentRun() for _ in workload.experiments]
+        self._trial_flows: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
+        # Active flows, one entry per flow, in release order.
+        self._src = np.zeros(0, dtype=np.int64)
+        self._dst = np.zeros(0, dtype=np.int64)
+        self._remaining = np.zeros(0)
+        self._size = np.zeros(0)
+        self._owner = np.zeros(0, dtype=np.int64)
+        self._flow_id = np.zeros(0, dtype=np.int64)
+        self._pending: list[tuple[np.ndarray, ...]] = []
+        self._rates = np.zeros(0)
+        self._flow_class = np.zeros(0, dtype=np.int64)
+        self._coflow_class: dict[int, int] = {}
+        self._coflow_rank: dict[int, int] = {}
+        self._thresholds: dict[int, float] = {}
+        self._rerank_needed = True
+
+    # -- workload plumbing --
+
+    def _push(self, at_s: float, kind: int, payload: tuple[int, int, int]) -> None:
+        heapq.heappush(self._heap, (at_s, self._seq, kind, payload))
+        self._seq += 1
+
+    def _flows_of(self, e: int, s: int, t: int) -> tuple[np.ndarray, ...]:
+        key = (e, s, t)
+        cached = self._trial_flows.get(key)
+        if cached is None:
+            trial = self.workload.experiments[e].stages[s].trials[t]
+            network = [f for f in trial.sync_flows if f.src_host != f.dst_host]
+            for flow in network:
+                hosts = range(self.num_hosts)
+                if flow.src_host not in hosts or flow.dst_host not in hosts:
+                    raise UserError(
+                        f"experiment {self.workload.experiments[e].experiment_id}: flow "
+                        f"{flow.src_host}->{flow.dst_host} names a host outside "
+                        f"0..{self.num_hosts - 1}"
+                    )
+                if flow.size_bytes < 0:
+                    raise UserError(f"flow {flow.src_host}->{flow.dst_host}: negative size")
+            network = [f for f in network if f.size_bytes > 0]
+            cached = (
+                np.array([f.src_host for f in network], dtype=np.int64),
+                np.array([self.num_hosts + f.dst_host for f in network], dtype=np.int64),
+                np.array([float(f.size_bytes) for f in network]),
+            )
+            self._trial_flows[key] = cached
+        return cached
+
+    def _release_stage(self, e: int, stage_index: int) -> None:
+        experiment = self.workload.experiments[e]
+        run = self._runs[e]
+        if stage_index >= len(experiment.stages):
+            self.result.experiment_completion_s[experiment.experiment_id] = (
+                self.now_s - experiment.arrival_s
+            )
+            run.stage_index = -1
+            return
+        stage = experiment.stages[stage_index]
+        run.stage_index = stage_index
+        run.stage_release_s = self.now_s
+        run.iterations_done = {trial.trial_id: 0 for trial in stage.trials}
+        run.trials_left = len(stage.trials)
+        self.result.stage_release_s[StageKey(experiment.experiment_id, stage.stage_id)] = self.now_s
+        self._rerank_needed = True
+        for t, trial in enumerate(stage.trials):
+            if trial.iterations <= 0:
+                self._trial_done(e)
+            else:
+                self._push(self.now_s + trial.compute_s, _RELEASE, (e, stage_index, t))
+        if run.trials_left == 0 and run.stage_index == stage_index:
+            self._stage_done(e)
+
+    def _trial_done(self, e: int) -> None:
+        run = self._runs[e]
+        run.trials_left -= 1
+
+    def _stage_done(self, e: int) -> None:
+        experiment = self.workload.experiments[e]
+        run = self._runs[e]
+        stage = experiment.stages[run.stage_index]
+        key = StageKey(experiment.experiment_id, stage.stage_id)
+        self.result.sct_s[key] = self.now_s - run.stage_release_s
+        self._release_stage(e, run.stage_index + 1)
+
+    def _release_coflow(self, e: int, s: int, t: int) -> None:
+        experiment = self.workload.experiments[e]
+        stage = experiment.stages[s]
+        trial = stage.trials[t]
+        run = self._runs[e]
+        iteration = run.iterations_done[trial.trial_id]
+        key = CoflowKey(experiment.experiment_id, stage.stage_id, trial.trial_id, iteration)
+        src, dst, size = self._flows_of(e, s, t)
+        uid = self._next_uid
+        self._next_uid += 1
+        total = float(size.sum())
+        self.result.coflow_release_s[key] = self.now_s
+        self.result.coflow_bytes[key] = total
+        coflow = _Coflow(uid, key, self.now_s, total, 0.0, len(size), e, t)
+        self._rerank_needed = True
+        if len(size) == 0:
+            self._coflow_done(coflow)
+            return
+        self._coflows[uid] = coflow
+        ids = np.arange(self._next_flow_id, self._next_flow_id + len(size), dtype=np.int64)
+        self._next_flow_id += len(size)
+        if self.config.record_intervals:
+            for flow_id, flow_size in zip(ids.tolist(), size.tolist(), strict=True):
+                self.result.flow_sizes[flow_id] = flow_size
+        self._pending.append((src, dst, size, np.full(len(size), uid, dtype=np.int64), ids))
+
+    def _coflow_done(self, coflow: _Coflow) -> None:
+        self.result.cct_s[coflow.key] = self.now_s - coflow.release_s
+        self._coflows.pop(coflow.uid, None)
+        self._thresholds.pop(coflow.uid, None)
+        self._rerank_needed = True
+        e, t = coflow.experiment, coflow.trial
+        experiment = self.workload.experiments[e]
+        run = self._runs[e]
+        stage_index = run.stage_index
+        trial = experiment.stages[stage_index].trials[t]
+        run.iterations_done[trial.trial_id] += 1
+        if run.iterations_done[trial.trial_id] < trial.iterations:
+            self._push(self.now_s + trial.compute_s, _RELEASE, (e, stage_index, t))
+            return
+        self._trial_done(e)
+        if run.trials_left == 0:
+            self._stage_done(e)
+
+    def _absorb_pending(self) -> None:
+        if not self._pending:
+            return
+        parts = list(zip(*self._pending, strict=True))
+        self._src = np.concatenate([self._src, *parts[0]])
+        self._dst = np.concatenate([self._dst, *parts[1]])
+        self._size = np.concatenate([self._size, *parts[2]])
+        self._remaining = np.concatenate([self._remaining, *parts[2]])
+        self._owner = np.concatenate([self._owner, *parts[3]])
+        self._flow_id = np.concatenate([self._flow_id, *parts[4]])
+        self._pending = []
+
+    # -- scheduling --
+
+    def _active_uids(self) -> np.ndarray:
+        return np.fromiter(sorted(self._coflows), dtype=np.int64, count=len(self._coflows))
+
+    def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
+        ports = self.num_ports
+        count = len(uids)
+        flat = rows * ports
+        # Each flow's remaining bytes weigh on its sender port and on its receiver port.
+        matrix = np.bincount(flat + self._src, self._remaining, count * ports) + np.bincount(
+            flat + self._dst, self._remaining, count * ports
+        )
+        matrix = matrix.reshape(count, ports)
+        states = []
+        for row, uid in enumerate(uids.tolist()):
+            coflow = self._coflows[uid]
+            states.append(
+                CoflowState(
+                    key=coflow.key,
+                    arrival_s=coflow.release_s,
+                    total_bytes=coflow.total_bytes,
+                    sent_bytes=coflow.sent_bytes,
+                    remaining_by_port=PortVector(matrix[row]),
+                    num_flows=coflow.flows_left,
+                )
+            )
+        experiments = {}
+        for e, run in enumerate(self._runs):
+            if run.stage_index < 0:
+                continue
+            experiment = self.workload.experiments[e]
+            experiments[experiment.experiment_id] = ExperimentState(
+                experiment=experiment,
+                stage_index=run.stage_index,
+                stage_release_s=run.stage_release_s,
+                iterations_done=dict(run.iterations_done),
+            )
+        return Snapshot(
+            now_s=self.now_s,
+            num_hosts=self.num_hosts,
+            port_capacity_bps=self.capacity_bps,
+            coflows=tuple(states),
+            experiments=experiments,
+        )
+
+    def _rerank(self) -> None:
+        self.result.reranks += 1
+        uids = self._active_uids()
+        rows = np.searchsorted(uids, self._owner)
+        snapshot = self._snapshot(uids, rows)
+        ranking = self.policy.rank(snapshot)
+        uid_of = {self._coflows[uid].key: uid for uid in uids.tolist()}
+        group_bytes = None
+        if self.config.strategy == "equal-demand":
+            left = {c.key: c.remaining_bytes for c in snapshot.coflows}
+            group_bytes = [sum(left[key] for key in group) for group in ranking.groups]
+        classes = group_classes(
+            len(ranking.groups), self.config.num_classes, self.config.strategy, group_bytes
+        )
+        self._coflow_class = {}
+        self._coflow_rank = {}
+        position = 0
+        for group, cls in zip(ranking.groups, classes, strict=True):
+            for key in group:
+                uid = uid_of[key]
+                self._coflow_class[uid] = cls
+                self._coflow_rank[uid] = position
+                position += 1
+        if len(self._coflow_class) != len(uids):
+            raise RuntimeError(
+                f"policy {self.policy.name} ranked {position} of {len(uids)} coflows"
+            )
+        self._thresholds = {}
+        for state in snapshot.coflows:
+            threshold = self.policy.next_rerank_sent_bytes(state)
+            if threshold is not None:
+                self._thresholds[uid_of[state.key]] = threshold
+        self._rerank_needed = False
+
+    def _allocate(self) -> None:
+        owner = self._owner
+        if len(owner) == 0:
+            self._rates = np.zeros(0)
+            return
+        class_of = np.vectorize(self._coflow_class.__getitem__, otypes=[np.int64])
+        rank_of = np.vectorize(self._coflow_rank.__getitem__, otypes=[np.int64])
+        uids = np.unique(owner)
+        flow_class = class_of(uids)[np.searchsorted(uids, owner)]
+        if self.allocator == "priority":
+            self._rates = priority_maxmin(self._src, self._dst, flow_class, self.capacity)
+            return
+        ranks = rank_of(uids)
+        flow_rank = ranks[np.searchsorted(uids, owner)]
+        if self.allocator == "madd":
+            rows = np.searchsorted(uids, owner)
+            coflow_order = np.lexsort((ranks, -class_of(uids)))
+            self._rates = madd(
+                self._src,
+                self._dst,
+                self._remaining,
+                rows,
+                coflow_order,
+                flow_class,
+                self.capacity,
+            )
+            return
+        flow_order = np.lexsort((flow_rank, -flow_class))
+        self._rates = greedy(self._src, self._dst, flow_order, self.capacity)
+
+    # -- the loop --
+
+    def _advance(self, until_s: float) -> None:
+        dt = until_s - self.now_s
+        if dt > 0 and len(self._remaining):
+            moved = self._rates * dt
+            moved = np.minimum(moved, self._remaining)
+            self._remaining -= moved
+            self.result.delivered_bytes += float(moved.sum())
+            if self.config.record_intervals:
+                live = self._rates > 0
+                self.result.intervals.append(
+                    Interval(
+                        self.now_s,
+                        until_s,
+                        self._flow_id[live].copy(),
+                        self._src[live].copy(),
+                        self._dst[live].copy(),
+                        self._rates[live].copy(),
+                    )
+                )
+            uids = self._active_uids()
+            sent = np.bincount(np.searchsorted(uids, self._owner), moved, len(uids))
+            for uid, amount in zip(uids.tolist(), sent.tolist(), strict=True):
+                self._coflows[uid].sent_bytes += amount
+        self.now_s = until_s
+
+    def _finish_flows(self) -> None:
+        done = self._remaining <= np.maximum(self._size * COMPLETION_TOLERANCE, 1e-3)
+        if not done.any():
+            return
+        finished_owners = self._owner[done]
+        keep = ~done
+        self.result.delivered_bytes += float(self._remaining[done].sum())
+        self._src = self._src[keep]
+        self._dst = self._dst[keep]
+        self._remaining = self._remaining[keep]
+        self._size = self._size[keep]
+        self._owner = self._owner[keep]
+        self._flow_id = self._flow_id[keep]
+        self._rates = self._rates[keep]
+        uids, counts = np.unique(finished_owners, return_counts=True)
+        for uid, count in zip(uids.tolist(), counts.tolist(), strict=True):
+            coflow = self._coflows[uid]
+            coflow.flows_left -= count
+            if coflow.flows_left == 0:
+                coflow.sent_bytes = coflow.total_bytes
+                self._coflow_done(coflow)
+
+    def _next_threshold_s(self) -> float:
+        if not self._thresholds or len(self._rates) == 0:
+            return np.inf
+        uids = self._active_uids()
+        coflow_rate = np.bincount(np.searchsorted(uids, self._owner), self._rates, len(uids))
+        best = np.inf
+        for row, uid in enumerate(uids.tolist()):
+            threshold = self._thresholds.get(uid)
+            rate = coflow_rate[row]
+            if threshold is None or rate <= 0:
+                continue
+            gap = threshold - self._coflows[uid].sent_bytes
+            best = min(best, self.now_s + max(gap, 0.0) / rate)
+        return best
+
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        for e, experiment in enumerate(self.workload.experiments):
+            self._push(experiment.arrival_s, _ARRIVAL, (e, 0, 0))
+        last_report = 0.0
+        stale = True
+        while self._heap or len(self._remaining) or self._pending:
+            self._absorb_pending()
+            if self._rerank_needed:
+                if self._coflows:
+                    self._rerank()
+                self._rerank_needed = False
+                stale = True
+            if stale:
+                self._allocate()
+                stale = False
+            next_s = self._heap[0][0] if self._heap else np.inf
+            flow_end_s = np.inf
+            moving = self._rates > 0
+            if moving.any():
+                flow_end_s = self.now_s + float(
+                    (self._remaining[moving] / self._rates[moving]).min()
+                )
+            threshold_s = self._next_threshold_s()
+            until_s = min(next_s, flow_end_s, threshold_s)
+            if until_s == np.inf:
+                raise RuntimeError(f"{self.policy.name}: active flows with no rate and no event")
+            self._advance(until_s)
+            self.result.events += 1
+            flows_before = len(self._remaining)
+            self._finish_flows()
+            stale = len(self._remaining) != flows_before
+            while self._heap and self._heap[0][0] <= self.now_s:
+                _, _, kind, (e, s, t) = heapq.heappop(self._heap)
+                if kind == _ARRIVAL:
+                    self._release_stage(e, 0)
+                else:
+                    self._release_coflow(e, s, t)
+            if until_s == threshold_s:
+                self._rerank_needed = True
+            if self.progress is not None and self.now_s > last_report:
+                self.progress(self.now_s)
+                last_report = self.now_s
+        self.result.end_s = self.now_s
+        self.result.wall_s = time.perf_counter() - started
+        return self.result
+
+
+def simulate(workload: Workload, policy: BasePolicy, config: SimConfig | None = None) -> SimResult:
+    """Run ``policy`` over ``workload``; see :class:`SimConfig` for the queue mode."""
+    return Simulation(workload, policy, config).run()

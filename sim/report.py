@@ -1,0 +1,121 @@
+"""Tables, CSV files and plots of simulation results; files are written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from control.errors import UserError
+
+COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("avg SCT s", "avg_sct_s", 1.0),
+    ("p50 SCT s", "p50_sct_s", 1.0),
+    ("p95 SCT s", "p95_sct_s", 1.0),
+    ("p99 SCT s", "p99_sct_s", 1.0),
+    ("slowdown", "avg_slowdown", 1.0),
+    ("avg CCT s", "avg_cct_s", 1.0),
+    ("experiment s", "avg_experiment_s", 1.0),
+)
+
+
+def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str:
+    """A fixed-width table, one row per label; ``vs ref`` is avg SCT over the reference's."""
+    headers = ["policy", *(name for name, _, _ in COLUMNS)]
+    if reference is not None:
+        headers.append(f"vs {reference}")
+    lines = []
+    for label, metrics in rows.items():
+        cells = [label, *(f"{metrics[key] * scale:.3f}" for _, key, scale in COLUMNS)]
+        if reference is not None:
+            cells.append(f"{metrics.get('avg_sct_rel', math.nan):.3f}")
+        lines.append(cells)
+    widths = [max(len(row[i]) for row in [headers, *lines]) for i in range(len(headers))]
+    out = [
+        "  ".join(
+            h.rjust(w) if i else h.ljust(w)
+            for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+        )
+    ]
+    for row in lines:
+        out.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(out)
+
+
+def _atomic_write(target: Path, write: Callable[[Path], object]) -> None:
+    """Let ``write`` fill a temporary file beside ``target``, then rename it over."""
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as error:
+        raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
+    os.close(fd)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        os.replace(temporary, target)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
+        raise
+
+
+def write_csv(target: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    _atomic_write(target, lambda path: path.write_text(buffer.getvalue(), encoding="utf-8"))
+
+
+def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], title: str) -> None:
+    """CDF of stage completion times, one line per policy (log x axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    for label, values in sct_by_label.items():
+        data = np.sort(np.asarray(values, dtype=float))
+        if len(data) == 0:
+            continue
+        axes.step(data, np.arange(1, len(data) + 1) / len(data), where="post", label=label)
+    axes.set_xscale("log")
+    axes.set_xlabel("stage completion time (s)")
+    axes.set_ylabel("fraction of stages")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    _atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
+    plt.close(figure)
+
+
+def plot_normalised(target: Path, values: Mapping[str, float], reference: str, title: str) -> None:
+    """Average SCT of each label over the reference's (bars; 1.0 = reference)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    labels = list(values)
+    axes.bar(labels, [values[label] for label in labels], color="tab:blue")
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_ylabel(f"average SCT / {reference}")
+    axes.set_title(title)
+    axes.tick_params(axis="x", rotation=30)
+    figure.tight_layout()
+    _atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
+    plt.close(figure)

@@ -1,0 +1,104 @@
+"""The fluid simulator: capacity, conservation, bottleneck bounds, BSP and stage barriers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
+from control.policies import get_policy
+from sim.engine import SimConfig, simulate
+
+GBIT = 1e9
+BYTES_PER_S = GBIT / 8  # one port at 1 Gbit/s
+
+
+def one_stage(
+    experiment_id: int,
+    flows: tuple[Flow, ...],
+    arrival_s: float = 0.0,
+    iterations: int = 1,
+    compute_s: float = 0.0,
+) -> Experiment:
+    trial = TrialStage(0, iterations, compute_s, flows)
+    return Experiment(experiment_id, arrival_s, (Stage(0, (trial,)),))
+
+
+def test_lone_coflow_finishes_at_its_bottleneck_bound() -> None:
+    # Host 0 sends 3 units to host 1 and 1 unit to host 2: sender port 0 is the bottleneck.
+    unit = 125_000_000
+    flows = (Flow(0, 1, 3 * unit), Flow(0, 2, unit), Flow(3, 2, unit))
+    workload = Workload(4, GBIT, (one_stage(0, flows),))
+    for name in ("beamer", "sincronia", "varys", "fair", "fifo-lm", "aalo"):
+        result = simulate(workload, get_policy(name))
+        assert result.cct_s[CoflowKey(0, 0, 0, 0)] == pytest.approx(4.0, rel=1e-9), name
+
+
+@pytest.mark.parametrize("policy", ["beamer", "sincronia", "varys", "aalo", "fifo-lm", "fair"])
+@pytest.mark.parametrize("classes", [None, 2])
+def test_capacity_never_exceeded_and_every_byte_delivered(policy: str, classes: int | None) -> None:
+    rng = np.random.default_rng(7)
+    experiments = []
+    for e in range(6):
+        flows = tuple(
+            Flow(int(a), int(b), int(rng.integers(1, 5)) * 10_000_000)
+            for a, b in rng.integers(0, 5, size=(4, 2))
+            if a != b
+        )
+        trial_a = TrialStage(0, 3, 0.05, flows)
+        trial_b = TrialStage(1, 2, 0.02, flows[:2])
+        stages = (Stage(0, (trial_a, trial_b)), Stage(1, (trial_a,)))
+        experiments.append(Experiment(e, float(rng.uniform(0, 1)), stages))
+    workload = Workload(5, GBIT, tuple(experiments))
+    result = simulate(
+        workload, get_policy(policy), SimConfig(num_classes=classes, record_intervals=True)
+    )
+    capacity = np.full(10, BYTES_PER_S)
+    delivered: dict[int, float] = {}
+    for interval in result.intervals:
+        load = np.bincount(interval.src_ports, interval.rates_bytes_per_s, 10) + np.bincount(
+            interval.dst_ports, interval.rates_bytes_per_s, 10
+        )
+        assert (load <= capacity * (1 + 1e-9)).all()
+        span = interval.end_s - interval.start_s
+        for flow_id, rate in zip(interval.flow_ids.tolist(), interval.rates_bytes_per_s.tolist()):
+            delivered[flow_id] = delivered.get(flow_id, 0.0) + rate * span
+    assert set(delivered) == set(result.flow_sizes)
+    for flow_id, size in result.flow_sizes.items():
+        assert delivered[flow_id] == pytest.approx(size, rel=1e-6)
+    expected_coflows = sum(t.iterations for e in experiments for s in e.stages for t in s.trials)
+    assert len(result.cct_s) == expected_coflows
+    assert len(result.sct_s) == 12
+    assert len(result.experiment_completion_s) == 6
+
+
+def test_bulk_synchronous_iterations_and_stage_barrier() -> None:
+    # Trial 0: 3 iterations of (0.5 s compute + 1 s sync); trial 1: 1 iteration, disjoint hosts.
+    unit = 125_000_000
+    slow = TrialStage(0, 3, 0.5, (Flow(0, 1, unit),))
+    fast = TrialStage(1, 1, 0.5, (Flow(2, 3, unit),))
+    second = TrialStage(0, 1, 0.0, (Flow(0, 1, 2 * unit),))
+    experiment = Experiment(0, 1.0, (Stage(0, (slow, fast)), Stage(1, (second,))))
+    result = simulate(Workload(4, GBIT, (experiment,)), get_policy("fair"))
+    assert result.coflow_release_s[CoflowKey(0, 0, 0, 1)] == pytest.approx(1.0 + 1.5 + 0.5)
+    assert result.sct_s[StageKey(0, 0)] == pytest.approx(4.5)
+    assert result.stage_release_s[StageKey(0, 1)] == pytest.approx(5.5)
+    assert result.sct_s[StageKey(0, 1)] == pytest.approx(2.0)
+    assert result.experiment_completion_s[0] == pytest.approx(6.5)
+
+
+def test_same_input_gives_identical_results() -> None:
+    from workloads.loader import load_workload
+
+    workload = load_workload("hp-tuning", seed=3)
+    small = Workload(workload.num_hosts, workload.link_bps, workload.experiments[:4])
+    first = simulate(small, get_policy("beamer"), SimConfig(num_classes=8))
+    second = simulate(
+        load_workload("hp-tuning", seed=3).__class__(
+            small.num_hosts, small.link_bps, load_workload("hp-tuning", seed=3).experiments[:4]
+        ),
+        get_policy("beamer"),
+        SimConfig(num_classes=8),
+    )
+    assert first.sct_s == second.sct_s
+    assert first.cct_s == second.cct_s
