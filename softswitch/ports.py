@@ -31,8 +31,11 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
+PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SIOCGIFMTU = 0x8921
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
 CLONE_NEWNET = 0x40000000
 NETNS_RUN_DIR = Path("/run/netns")
 ETHERNET_OVERHEAD_BYTES = 18
@@ -89,6 +92,8 @@ class LinuxPortCounters:
     """Frames longer than the MTU buffer (offloads left on): dropped, never truncated."""
     transmitted_frames: int = 0
     transmit_errors: int = 0
+    kernel_drops: int = 0
+    """Frames the kernel dropped because the socket's receive buffer was full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +176,14 @@ def _open_packet_socket(interface: str) -> tuple[socket.socket, int]:
         # Kernels before 4.20 lack the option: outgoing copies are filtered on receive.
         with contextlib.suppress(OSError):
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        for forced, plain in (
+            (SO_RCVBUFFORCE, socket.SO_RCVBUF),
+            (SO_SNDBUFFORCE, socket.SO_SNDBUF),
+        ):
+            try:  # root may exceed net.core.rmem_max / wmem_max
+                sock.setsockopt(socket.SOL_SOCKET, forced, SOCKET_BUFFER_BYTES)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER_BYTES)
         request = struct.pack("16si", interface.encode(), 0)
         mtu = struct.unpack("16si", fcntl.ioctl(sock.fileno(), SIOCGIFMTU, request))[1]
         sock.setblocking(False)
@@ -229,7 +240,18 @@ class LinuxPort:
         self.counters.transmitted_frames += 1
         return True
 
+    def update_kernel_drops(self) -> int:
+        """Add the kernel's drop count since the last call (reading resets it) and return it."""
+        if self._closed:
+            return self.counters.kernel_drops
+        stats = self._socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        _, drops = struct.unpack("II", stats)
+        self.counters.kernel_drops += drops
+        return self.counters.kernel_drops
+
     def close(self) -> None:
         if not self._closed:
+            with contextlib.suppress(OSError):
+                self.update_kernel_drops()
             self._closed = True
             self._socket.close()

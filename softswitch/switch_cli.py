@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from control.errors import UserError
-from softswitch.ports import InterfaceSpec, parse_interface_spec
+from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import DEFAULT_PRIORITY_QUEUES, DEFAULT_QUEUE_DEPTH_PACKETS
 
@@ -237,3 +237,6 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         if started:
             log.info("stopped; counters: %s", switch.counters)
+            for number, port in sorted(switch.ports.items()):
+                if isinstance(port, LinuxPort):
+                    log.info("port %d (%s): %s", number, port.name, port.counters)

@@ -221,3 +221,24 @@ def test_port_rate_holds_on_the_wall_clock_through_veth(
     # Never faster than the line rate (reading jitter only shortens the span a little);
     # an unshaped port would deliver all 30 within a few milliseconds.
     assert arrivals_s[-1] - arrivals_s[0] >= 0.8 * nominal_span_s
+
+
+def test_kernel_drops_of_an_unread_port_are_counted(netns: str) -> None:
+    """A port nobody reads overflows its socket buffer; the loss is reported, not hidden."""
+    reader = LinuxPort("sw0", netns=netns)
+    writer = LinuxPort("h0", netns=netns)
+    frame = tagged_frame(1, 0)
+    sent = 15_000
+    try:
+        for _ in range(sent):
+            writer.transmit(frame, 0.0)
+        time.sleep(0.1)
+        drops = reader.update_kernel_drops()
+        received = 0
+        while batch := reader.receive(1024):
+            received += len(batch)
+    finally:
+        writer.close()
+        reader.close()
+    assert drops > 0
+    assert received + drops == writer.counters.transmitted_frames == sent
