@@ -231,3 +231,86 @@ def test_generated_source_is_exposed_for_debugging(
 ) -> None:
     _program, pipeline = features
     assert "def run_ingress(" in pipeline.generated_source
+
+
+CHECKSUM_PROGRAM = """
+#include <core.p4>
+#include <v1model.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+header odd_t { bit<3> a; bit<5> b; bit<13> c; bit<3> d; bit<16> sum16; bit<16> hashed; }
+header opt_t { varbit<64> data; }
+struct metadata { bit<7> m; }
+struct headers { ethernet_t ethernet; odd_t odd; opt_t opt; }
+parser P(packet_in packet, out headers hdr, inout metadata meta,
+         inout standard_metadata_t sm) {
+    state start {
+        packet.extract(hdr.ethernet);
+        meta.m = hdr.ethernet.src[6:0];
+        transition select(hdr.ethernet.etherType) {
+            0x1111: parse_odd;
+            0x2222: parse_odd_and_opt;
+            default: accept;
+        }
+    }
+    state parse_odd { packet.extract(hdr.odd); transition accept; }
+    state parse_odd_and_opt {
+        packet.extract(hdr.odd);
+        packet.extract(hdr.opt, (bit<32>)hdr.ethernet.dst[2:0] * 8);
+        transition accept;
+    }
+}
+control V(inout headers hdr, inout metadata meta) { apply { } }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    apply { sm.egress_spec = 1; }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) { apply { } }
+control C(inout headers hdr, inout metadata meta) {
+    apply {
+        update_checksum(hdr.odd.isValid(),
+            { hdr.odd.a, meta.m, hdr.odd.b, hdr.opt.data, hdr.odd.c, hdr.odd.d },
+            hdr.odd.sum16, HashAlgorithm.csum16);
+        hash(hdr.odd.hashed, HashAlgorithm.csum16, 16w0,
+            { hdr.odd.a, meta.m, hdr.odd.b, hdr.opt.data, hdr.odd.c, hdr.odd.d }, 17w65536);
+    }
+}
+control D(packet_out packet, in headers hdr) { apply { packet.emit(hdr); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def reference_csum16(bits: str) -> int:
+    """RFC 1071 over a bit string, zero-padded to whole 16-bit words."""
+    bits += "0" * (-len(bits) % 16)
+    total = sum(int(bits[i : i + 16], 2) for i in range(0, len(bits), 16))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def test_csum16_over_odd_widths_metadata_varbit_and_invalid_headers() -> None:
+    import random
+
+    from softswitch.frontend import compile_source
+
+    pipeline = Pipeline(compile_source(CHECKSUM_PROGRAM, "checksum.p4"))
+    rng = random.Random(5)
+    for case in range(400):
+        with_opt = case % 2 == 1
+        opt_bytes = rng.randrange(0, 8) if with_opt else 0
+        dst = bytes(5) + bytes([rng.randrange(256) & 0xF8 | opt_bytes])
+        src = rng.randbytes(6) if case % 7 else bytes(6)
+        a, b, c, d = rng.randrange(8), rng.randrange(32), rng.randrange(8192), rng.randrange(8)
+        if case % 11 == 0:
+            a = b = c = d = 0
+        odd = ((a << 21 | b << 16 | c << 3 | d) << 32).to_bytes(7, "big")
+        option = rng.randbytes(opt_bytes) if case % 5 else bytes(opt_bytes)
+        ether_type = b"\x22\x22" if with_opt else b"\x11\x11"
+        [(_port, _prio, out)] = pipeline.process(0, dst + src + ether_type + odd + option + b"!")
+        m = src[5] & 0x7F
+        bits = f"{a:03b}{m:07b}{b:05b}"
+        bits += "".join(f"{byte:08b}" for byte in option) if with_opt else ""
+        bits += f"{c:013b}{d:03b}"
+        expected = reference_csum16(bits)
+        sum16, hashed = struct.unpack("!HH", out[17:21])
+        assert (sum16, hashed) == (expected, expected), (case, bits)
+        assert out.endswith(option + b"!")

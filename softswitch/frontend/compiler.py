@@ -1936,11 +1936,10 @@ class Compiler:
             return "\n".join(parts) if parts else "pass"
         raise CompileError(loc, f"emit needs a header or a struct of headers, not {value.type}")
 
-    def data_list(self, expr: ast.Expr, scope: Scope) -> str:
-        """Code for ``(value, nbits)`` of a field list, skipping invalid headers' fields."""
+    def data_items(self, expr: ast.Expr, scope: Scope) -> list[tuple[str | None, str | int, str]]:
+        """Per item of a field list: (header validity guard, width or width code, value)."""
         if not isinstance(expr, ast.ListExpr):
             raise CompileError(expr.loc, "checksum/hash data must be a list { a, b, ... }")
-        # Per item: (header validity guard, width code or int, value code).
         items: list[tuple[str | None, str | int, str]] = []
         for item in expr.items:
             value = self.lower_expr(item, scope)
@@ -1956,6 +1955,74 @@ class Compiler:
                     item.loc,
                     f"checksum/hash data must be bit<W> or varbit fields, not {value.type}",
                 )
+        return items
+
+    def csum16_data(self, expr: ast.Expr, scope: Scope) -> str:
+        """Code leaving in ``_s`` a number congruent to the data mod 0xFFFF, ``_n`` its bits.
+
+        The Internet checksum only needs the data modulo 0xFFFF, and
+        2**k = 2**(k % 16) mod 0xFFFF, so each field is added shifted by its
+        distance from the end of the data modulo 16: small-int additions
+        instead of one long bit string. Groups are visited from the last one
+        so that ``_n`` (bits after the group) is known when a group is added;
+        fields of invalid headers are skipped, as BMv2 does.
+        """
+        items = self.data_items(expr, scope)
+        lines = ["_s = 0; _n = 0"]
+        n_known: int | None = 0  # the value of _n when it is known at compile time
+        groups = [
+            (root, list(group)) for root, group in itertools.groupby(items, key=lambda s: s[0])
+        ]
+        for root, members in reversed(groups):
+            codes: list[str] = []
+            run: list[tuple[int, str]] = []
+            group_known = n_known
+            for _root, width, code in reversed(members):
+                if isinstance(width, int):
+                    run.insert(0, (width, code))
+                    continue
+                added = self.csum16_run(run, group_known, codes)
+                group_known = None if group_known is None else group_known + added
+                codes.append(f"_s += {code} << (_n & 15)")
+                codes.append(f"_n += {width}")
+                group_known = None
+                run = []
+            added = self.csum16_run(run, group_known, codes)
+            group_known = None if group_known is None else group_known + added
+            if root is None:
+                lines.extend(codes)
+                n_known = group_known
+            else:
+                lines.append(f"if {root}._v:")
+                lines.extend("    " + c for c in codes)
+                # After an optional group the bit count depends on validity.
+                n_known = n_known if group_known == n_known else None
+        return "\n".join(lines)
+
+    @staticmethod
+    def csum16_run(run: list[tuple[int, str]], n_known: int | None, codes: list[str]) -> int:
+        """Add a run of fixed-width fields that ends ``_n`` bits before the data end."""
+        if not run:
+            return 0
+        offset = 0
+        terms: list[str] = []
+        for width, code in reversed(run):
+            shift = offset % 16
+            terms.append(f"({code} << {shift})" if shift else code)
+            offset += width
+        total = " + ".join(reversed(terms))
+        if n_known is None:
+            codes.append(f"_s += ({total}) << (_n & 15)")
+        elif n_known % 16:
+            codes.append(f"_s += ({total}) << {n_known % 16}")
+        else:
+            codes.append(f"_s += {total}")
+        codes.append(f"_n += {offset}")
+        return offset
+
+    def data_list(self, expr: ast.Expr, scope: Scope) -> str:
+        """Code for ``_d`` (the data as one bit string) and ``_n`` (its bits)."""
+        items = self.data_items(expr, scope)
         lines = ["_d = 0; _n = 0"]
         for root, group in itertools.groupby(items, key=lambda s: s[0]):
             members = list(group)
@@ -2018,12 +2085,16 @@ class Compiler:
             if not isinstance(cond.type, Bool):
                 raise CompileError(call.args[0].loc, f"{name}: the condition must be bool")
             algo = self.hash_algorithm(call.args[3])
-            data = self.data_list(call.args[1], scope)
             target = self.lower_expr(call.args[2], scope)
             if not isinstance(target.type, Bits):
                 raise CompileError(call.args[2].loc, f"{name}: the checksum must be a bit<W> field")
             width = target.type.width
-            compute = f"_hash_{algo}(_d, _n) & {(1 << width) - 1}"
+            if algo == "csum16":
+                data = self.csum16_data(call.args[1], scope)
+                compute = f"_csum16_finish(_s, _n) & {(1 << width) - 1}"
+            else:
+                data = self.data_list(call.args[1], scope)
+                compute = f"_hash_{algo}(_d, _n) & {(1 << width) - 1}"
             lines = [f"if {cond.code}:"]
             lines += ["    " + line for line in data.split("\n")]
             if name == "verify_checksum":

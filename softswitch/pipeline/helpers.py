@@ -44,6 +44,17 @@ def _hash_csum16(value: int, nbits: int) -> int:
     return 0xFFFF - remainder
 
 
+def _csum16_finish(congruent: int, nbits: int) -> int:
+    """Internet checksum from a number congruent to the data mod 0xFFFF (see csum16_data).
+
+    ``congruent`` is zero exactly when every data bit is zero.
+    """
+    remainder = (congruent << (-nbits % 16)) % 0xFFFF
+    if remainder == 0:
+        return 0 if congruent else 0xFFFF
+    return 0xFFFF - remainder
+
+
 def _hash_crc32(value: int, nbits: int) -> int:
     return zlib.crc32(_to_bytes(value, nbits))
 
@@ -135,6 +146,7 @@ HELPERS = {
     "_Exit": _Exit,
     "_Locals": _Locals,
     "_hash_csum16": _hash_csum16,
+    "_csum16_finish": _csum16_finish,
     "_hash_crc32": _hash_crc32,
     "_hash_identity": _hash_identity,
     "_hash_crc16": _hash_crc16,
