@@ -61,7 +61,9 @@ def test_capacity_never_exceeded_and_every_byte_delivered(policy: str, classes: 
         )
         assert (load <= capacity * (1 + 1e-9)).all()
         span = interval.end_s - interval.start_s
-        for flow_id, rate in zip(interval.flow_ids.tolist(), interval.rates_bytes_per_s.tolist()):
+        for flow_id, rate in zip(
+            interval.flow_ids.tolist(), interval.rates_bytes_per_s.tolist(), strict=True
+        ):
             delivered[flow_id] = delivered.get(flow_id, 0.0) + rate * span
     assert set(delivered) == set(result.flow_sizes)
     for flow_id, size in result.flow_sizes.items():

@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from control.model import CoflowKey
-from control.policies.base import BasePolicy, Ranking, Snapshot
+from control.policies.base import BasePolicy, CoflowState, Ranking, Snapshot
 
 
 class FifoLmPolicy(BasePolicy):
@@ -24,6 +24,7 @@ class FifoLmPolicy(BasePolicy):
 
     def __init__(self, heavy_quantile: float = 0.8) -> None:
         self.heavy_quantile = heavy_quantile
+        self._heavy_bytes = 0.0
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         coflows = sorted(snapshot.coflows, key=lambda c: (c.arrival_s, c.key))
@@ -31,13 +32,20 @@ class FifoLmPolicy(BasePolicy):
             return Ranking(())
         sizes = np.array([c.total_bytes for c in coflows])
         heavy_bytes = float(np.quantile(sizes, self.heavy_quantile))
+        self._heavy_bytes = heavy_bytes
         groups: list[tuple[CoflowKey, ...]] = []
         current: list[CoflowKey] = []
         for coflow in coflows:
             current.append(coflow.key)
-            if coflow.sent_bytes < heavy_bytes or heavy_bytes <= 0:
+            if coflow.sent_bytes < heavy_bytes * (1 - 1e-9) or heavy_bytes <= 0:
                 groups.append(tuple(current))
                 current = []
         if current:
             groups.append(tuple(current))
         return Ranking(tuple(groups))
+
+    def next_rerank_sent_bytes(self, coflow: CoflowState) -> float | None:
+        """A coflow turning heavy changes the grouping: re-rank when it crosses the threshold."""
+        if coflow.sent_bytes < self._heavy_bytes * (1 - 1e-9) and self._heavy_bytes > 0:
+            return self._heavy_bytes
+        return None

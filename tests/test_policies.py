@@ -1,0 +1,168 @@
+"""Policies on hand-built snapshots: orders worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from control.errors import UserError
+from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage
+from control.policies import POLICIES, get_policy
+from control.policies.aalo import MIB, AaloPolicy
+from control.policies.base import CoflowState, ExperimentState, Snapshot
+from control.policies.bssi import bssi_order
+
+GBPS = (1e9,) * 8  # 4 hosts: sender ports 0..3, receiver ports 4..7
+
+
+def coflow(
+    key: CoflowKey,
+    by_port: dict[int, float],
+    arrival_s: float = 0.0,
+    sent_bytes: float = 0.0,
+) -> CoflowState:
+    remaining = sum(by_port.values()) / 2
+    return CoflowState(
+        key, arrival_s, remaining + sent_bytes, sent_bytes, by_port, len(by_port) // 2
+    )
+
+
+def snapshot(
+    *coflows: CoflowState, experiments: dict[int, ExperimentState] | None = None
+) -> Snapshot:
+    return Snapshot(0.0, 4, GBPS, tuple(coflows), experiments or {})
+
+
+def key(experiment: int, stage: int = 0, trial: int = 0, iteration: int = 0) -> CoflowKey:
+    return CoflowKey(experiment, stage, trial, iteration)
+
+
+def test_bssi_worked_example() -> None:
+    # Port loads 5 and 3: port 0 is the bottleneck; row 0 has the least weight per byte
+    # there (1/4), so it goes last; row 1's weight drops to 1 - 1/4 = 0.75. Then port 1
+    # (load 3): row 2 has 1/2 < 0.75/1, so it goes second to last. Row 1 first.
+    demand = np.array([[4.0, 0.0], [1.0, 1.0], [0.0, 2.0]])
+    assert bssi_order(demand) == [1, 2, 0]
+    # Weight 10 on row 0 (10/4 = 2.5 > 1/1): row 1 goes last, row 0's weight drops to
+    # 10 - 4 = 6; port 0 (load 4) is then row 0's alone, so it goes before row 1; row 2 first.
+    assert bssi_order(demand, np.array([10.0, 1.0, 1.0])) == [2, 0, 1]
+    assert bssi_order(np.zeros((0, 3))) == []
+
+
+def test_bssi_single_port_is_shortest_first() -> None:
+    demand = np.array([[5.0], [1.0], [3.0], [0.0]])
+    assert bssi_order(demand) == [3, 1, 2, 0]
+
+
+def test_sincronia_orders_coflows_by_bssi() -> None:
+    a = coflow(key(1), {0: 4.0, 4: 4.0})
+    b = coflow(key(2), {0: 1.0, 5: 1.0})
+    c = coflow(key(3), {1: 2.0, 5: 2.0})
+    ranking = get_policy("sincronia").rank(snapshot(a, b, c))
+    assert ranking.order() == [key(2), key(3), key(1)]
+    assert all(len(group) == 1 for group in ranking.groups)
+
+
+def test_varys_orders_by_effective_bottleneck() -> None:
+    wide = coflow(key(1), {0: 1.0, 1: 1.0, 2: 1.0, 4: 3.0})  # bottleneck 3 bytes at port 4
+    narrow = coflow(key(2), {3: 2.0, 5: 2.0})
+    ranking = get_policy("varys").rank(snapshot(wide, narrow))
+    assert ranking.order() == [key(2), key(1)]
+    assert get_policy("varys").allocator == "madd"
+
+
+def test_aalo_queues_by_bytes_sent_then_fifo() -> None:
+    policy = AaloPolicy()
+    assert policy.queue_of(0) == 0
+    assert policy.queue_of(10 * MIB) == 1
+    assert policy.queue_of(99 * MIB) == 1
+    assert policy.queue_of(100 * MIB) == 2
+    assert policy.queue_of(1e30) == policy.num_queues - 1
+    old_big = coflow(key(1), {0: 1.0, 4: 1.0}, arrival_s=0.0, sent_bytes=50 * MIB)
+    old_small = coflow(key(2), {0: 9.0, 4: 9.0}, arrival_s=1.0, sent_bytes=1 * MIB)
+    new_small = coflow(key(3), {0: 1.0, 4: 1.0}, arrival_s=2.0)
+    ranking = policy.rank(snapshot(new_small, old_big, old_small))
+    # Remaining bytes do not matter (non-clairvoyant): queue first, then arrival.
+    assert ranking.order() == [key(2), key(3), key(1)]
+    assert policy.next_rerank_sent_bytes(old_small) == 10 * MIB
+    assert policy.next_rerank_sent_bytes(old_big) == 100 * MIB
+
+
+def test_fifo_lm_lets_a_heavy_head_share_with_the_next() -> None:
+    policy = get_policy("fifo-lm")
+    first = coflow(key(1), {0: 1.0, 4: 1.0}, arrival_s=0.0, sent_bytes=99.0)
+    second = coflow(key(2), {0: 10.0, 4: 10.0}, arrival_s=1.0)
+    third = coflow(key(3), {0: 1.0, 4: 1.0}, arrival_s=2.0)
+    # Sizes 100, 10, 1: the 0.8-quantile is 82 bytes; only the first has sent that much.
+    ranking = policy.rank(snapshot(third, second, first))
+    assert ranking.groups == ((key(1), key(2)), (key(3),))
+    light = coflow(key(1), {0: 1.0, 4: 1.0}, arrival_s=0.0, sent_bytes=0.0)
+    assert policy.rank(snapshot(third, second, light)).groups == ((key(1),), (key(2),), (key(3),))
+
+
+def test_fair_puts_everything_in_one_group() -> None:
+    a = coflow(key(1), {0: 1.0, 4: 1.0})
+    b = coflow(key(2), {1: 5.0, 5: 5.0})
+    assert get_policy("fair").rank(snapshot(a, b)).groups == ((key(1), key(2)),)
+
+
+def two_experiments() -> tuple[Snapshot, CoflowKey, CoflowKey, CoflowKey]:
+    """A: a small running stage and a big future stage; B: one medium stage, no future."""
+    unit = 1000
+    small = TrialStage(0, 1, 0.0, (Flow(0, 0 + 1, unit),))
+    big = TrialStage(0, 1, 0.0, (Flow(0, 1, 10 * unit),))
+    a = Experiment(
+        1, 0.0, (Stage(0, (small, TrialStage(1, 1, 0.0, (Flow(2, 3, unit),)))), Stage(1, (big,)))
+    )
+    medium = TrialStage(0, 1, 0.0, (Flow(0, 1, 3 * unit),))
+    b = Experiment(2, 0.0, (Stage(0, (medium,)),))
+    a0 = coflow(key(1, 0, 0), {0: unit, 5: unit})
+    a1 = coflow(key(1, 0, 1), {2: unit / 2, 7: unit / 2}, sent_bytes=unit / 2)
+    b0 = coflow(key(2), {0: 3.0 * unit, 5: 3.0 * unit})
+    experiments = {
+        1: ExperimentState(a, 0, 0.0, {0: 0, 1: 0}),
+        2: ExperimentState(b, 0, 0.0, {0: 0}),
+    }
+    return snapshot(a0, a1, b0, experiments=experiments), a0.key, a1.key, b0.key
+
+
+def test_beamer_ranks_experiments_by_remaining_demand_including_future_stages() -> None:
+    state, a0, a1, b0 = two_experiments()
+    # A still owes 11 units on port 0 (1 now, 10 in stage 1); B owes 3: B first.
+    ranking = get_policy("beamer").rank(state)
+    assert ranking.groups == ((b0,), (a0, a1))  # inside A the critical trial (more left) first
+    # Sincronia and the stage-level ablation see only the running coflows: A's are smaller.
+    assert get_policy("sincronia").rank(state).order()[-1] == b0
+    assert get_policy("beamer-stage").rank(state).groups == ((a0, a1), (b0,))
+
+
+def test_beamer_counts_remaining_iterations_of_the_running_stage() -> None:
+    unit = 1000
+    many = TrialStage(0, 10, 0.0, (Flow(0, 1, unit),))
+    once = TrialStage(0, 1, 0.0, (Flow(0, 1, 4 * unit),))
+    a = Experiment(1, 0.0, (Stage(0, (many,)),))
+    b = Experiment(2, 0.0, (Stage(0, (once,)),))
+    a_now = coflow(key(1, 0, 0, 5), {0: unit, 5: unit})  # iteration 5 of 10: 5 more after it
+    b_now = coflow(key(2), {0: 4.0 * unit, 5: 4.0 * unit})
+    experiments = {1: ExperimentState(a, 0, 0.0, {0: 5}), 2: ExperimentState(b, 0, 0.0, {0: 0})}
+    ranking = get_policy("beamer").rank(snapshot(a_now, b_now, experiments=experiments))
+    assert ranking.order() == [b_now.key, a_now.key]
+    experiments[1] = ExperimentState(a, 0, 0.0, {0: 8})  # only the last iteration left
+    late = coflow(key(1, 0, 0, 9), {0: unit, 5: unit})
+    assert get_policy("beamer").rank(snapshot(late, b_now, experiments=experiments)).order() == [
+        late.key,
+        b_now.key,
+    ]
+
+
+def test_every_registered_policy_ranks_every_coflow_once() -> None:
+    state, *_ = two_experiments()
+    for name in POLICIES:
+        order = get_policy(name).rank(state).order()
+        assert sorted(order) == sorted(c.key for c in state.coflows), name
+        assert get_policy(name).rank(snapshot()).order() == []
+
+
+def test_unknown_policy_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="unknown policy 'srpt'"):
+        get_policy("srpt")
