@@ -175,3 +175,22 @@ def test_compile_command_reports_errors_and_writes_nothing(
 def test_compile_source_reports_its_own_file_name() -> None:
     with pytest.raises(CompileError, match=r"^x\.p4:1:5: expected a name, found end of input"):
         compile_source("junk", "x.p4")
+
+
+def test_validity_and_slice_keys_are_named_like_p4c() -> None:
+    source = (
+        (PROGRAMS / "basic.p4")
+        .read_text()
+        .replace(
+            "key = { hdr.ipv4.dstAddr: lpm; }",
+            "key = { hdr.ipv4.dstAddr: lpm; hdr.ipv4.isValid(): exact; "
+            "hdr.ipv4.ttl[7:4]: ternary; }",
+        )
+    )
+    program = compile_source(source, "keys.p4")
+    [table] = program.p4info.tables
+    assert [(m.name, m.bitwidth) for m in table.match_fields] == [
+        ("hdr.ipv4.dstAddr", 32),
+        ("hdr.ipv4.$valid$", 1),
+        ("hdr.ipv4.ttl[7:4]", 4),
+    ]

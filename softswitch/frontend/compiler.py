@@ -1167,8 +1167,13 @@ class Compiler:
             return expr.name
         if isinstance(expr, ast.Member):
             return f"{self.expr_text(expr.base)}.{expr.member}"
-        if isinstance(expr, ast.Call) and not expr.args:
-            return f"{self.expr_text(expr.func)}()"
+        if (
+            isinstance(expr, ast.Call)
+            and not expr.args
+            and isinstance(expr.func, ast.Member)
+            and expr.func.member == "isValid"
+        ):
+            return f"{self.expr_text(expr.func.base)}.$valid$"  # p4c's name for validity keys
         if (
             isinstance(expr, ast.Slice)
             and isinstance(expr.high, ast.IntLit)

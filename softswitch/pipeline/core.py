@@ -44,8 +44,10 @@ class Pipeline:
     def __init__(self, program: CompiledProgram) -> None:
         self.program = program
         self.runtime: RuntimeState = program.new_runtime_state()
-        # Packets the generated code failed on (a target bug, never the packet's fault).
+        # Packets the generated code failed on (a target bug, never the packet's fault),
+        # and the last such failure, for a bug report.
         self.internal_errors = 0
+        self.last_internal_error = ""
         lowered = program.lowered
         if lowered.errors.get("PacketTooShort") != helpers._PACKET_TOO_SHORT:
             raise ValueError("core.p4 error codes changed; update pipeline.helpers")
@@ -74,6 +76,10 @@ class Pipeline:
         self._compute = namespace["run_compute_checksum"]
         self._deparser = namespace["run_deparser"]
 
+    def _internal_error(self, error: Exception) -> None:
+        self.internal_errors += 1
+        self.last_internal_error = f"{type(error).__name__}: {error}"
+
     @property
     def generated_source(self) -> str:
         """The Python the program was lowered to (for debugging a P4 program)."""
@@ -90,8 +96,8 @@ class Pipeline:
             offset = self._parser(sm, packet, hdr, meta, sm)
             self._verify(sm, hdr, meta)
             self._ingress(sm, hdr, meta, sm)
-        except Exception:
-            self.internal_errors += 1
+        except Exception as error:
+            self._internal_error(error)
             return []
         port = sm.f_egress_spec
         if port == DROP_PORT:
@@ -113,8 +119,8 @@ class Pipeline:
                 return None
             self._compute(sm, hdr, meta)
             self._deparser(sm, out, hdr)
-        except Exception:
-            self.internal_errors += 1
+        except Exception as error:
+            self._internal_error(error)
             return None
         out.append(packet[offset:])
         return b"".join(out)
