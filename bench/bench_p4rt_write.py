@@ -137,9 +137,9 @@ def grpc_rates(
         "insert_with_client_serialization": [],
         # Entries per second of CPU time of the whole process (client and server):
         # steadier than wall time on a shared machine.
-        "insert_per_cpu_s": [],
-        "modify_per_cpu_s": [],
-        "delete_per_cpu_s": [],
+        "insert_entries_per_cpu_s": [],
+        "modify_entries_per_cpu_s": [],
+        "delete_entries_per_cpu_s": [],
     }
     read_all = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID)
     read_all.entities.add().table_entry.table_id = ids.table_id
@@ -163,7 +163,7 @@ def grpc_rates(
                     cpu_start_s = time.process_time()
                     seconds = timed(partial(_write_all, raw_write, wire[kind]))
                     cpu_s = time.process_time() - cpu_start_s
-                    samples[f"{name}_per_cpu_s"].append(entries / cpu_s)
+                    samples[f"{name}_entries_per_cpu_s"].append(entries / cpu_s)
                 samples[name].append(entries / seconds)
             seconds = timed(partial(_write_all, stub.Write, plans[Update.INSERT]))
             samples["insert_with_client_serialization"].append(entries / seconds)
@@ -174,7 +174,10 @@ def grpc_rates(
         channel.close()
         server.stop(0)
         switch.close()
-    return {f"{name}_entries_per_s": median_of(values) for name, values in samples.items()}
+    return {
+        name if name.endswith("_per_cpu_s") else f"{name}_entries_per_s": median_of(values)
+        for name, values in samples.items()
+    }
 
 
 def _write_all(call: Callable[[Any], object], requests: list[Any]) -> None:
