@@ -4,17 +4,24 @@ byte for byte."""
 
 from __future__ import annotations
 
+import contextlib
+
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2
+from test_p4runtime_server_support import CLASS_TABLE, SET_CLASS, program_under_test
 
 from softswitch.p4rt import encode
+from softswitch.p4rt.p4info_index import P4InfoIndex
+from softswitch.p4rt.pipeline_config import ActivePipeline
+from softswitch.p4rt.status import P4RuntimeError
 from softswitch.p4rt.wire import (
     decode_table_update,
     decode_write_request,
     table_entry_data,
 )
+from softswitch.p4rt.writes import apply_raw_update
 from softswitch.runtime import (
     ActionCall,
     CounterData,
@@ -228,3 +235,38 @@ def test_fast_encoder_writes_what_protobuf_writes(
     assert fast == reference.SerializeToString()
     reply = p4runtime_pb2.ReadResponse.FromString(encode.read_response([fast, fast]))
     assert list(reply.entities) == [reference, reference]
+
+
+# ----------------------------------------------------------------------------- malformed input
+
+
+def _valid_update_bytes() -> bytes:
+    update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+    entry = update.entity.table_entry
+    entry.table_id = CLASS_TABLE
+    entry.match.add(field_id=1).exact.value = b"\x0a\x00\x00\x01"
+    entry.match.add(field_id=2).exact.value = b"\x04"
+    entry.action.action.action_id = SET_CLASS
+    entry.action.action.params.add(param_id=1, value=b"\x03")
+    return update.SerializeToString()
+
+
+VALID_UPDATE = _valid_update_bytes()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    flips=st.lists(
+        st.tuples(st.integers(0, len(VALID_UPDATE) - 1), st.integers(0, 255)), max_size=4
+    ),
+    cut=st.integers(0, len(VALID_UPDATE)),
+)
+def test_mangled_updates_are_rejected_cleanly(flips: list[tuple[int, int]], cut: int) -> None:
+    """Whatever the bytes, an update is applied or refused with a P4Runtime status."""
+    program = program_under_test()
+    active = ActivePipeline(P4InfoIndex.build(program.p4info), program.new_runtime_state())
+    data = bytearray(VALID_UPDATE)
+    for position, value in flips:
+        data[position] = value
+    with contextlib.suppress(P4RuntimeError):
+        apply_raw_update(active, bytes(data[:cut]))
