@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import signal
@@ -12,11 +11,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
+from control import quantize
 from control.controller import (
     ClassAssigner,
     Controller,
@@ -27,7 +27,8 @@ from control.controller import (
 from control.errors import UserError
 from control.events import EventClient, EventServer, default_socket_path
 from control.model import CoflowKey
-from control.policies.base import Ranking
+from control.policies import get_policy
+from control.policies.base import Policy, Ranking
 from control.topology import load_topology
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -90,35 +91,27 @@ def register(subparsers: Any) -> None:
 # --- policy glue --------------------------------------------------------------------------
 
 
-def load_policy(name: str, queues: int, strategy: str = "rank") -> tuple[Any, ClassAssigner]:
-    """The named policy (shared with the simulator) and a K-class assigner."""
-    policies = importlib.import_module("control.policies")
-    get_policy = getattr(policies, "get_policy", None)
-    if get_policy is None:
-        raise UserError("no scheduling policies are installed (control.policies.get_policy)")
-    policy = get_policy(name)
-    quantize = importlib.import_module("control.quantize")
+def load_policy(name: str, queues: int, strategy: str = "rank") -> tuple[Policy, ClassAssigner]:
+    """The named policy (the simulator's code) and the K-class assigner of ``control.quantize``."""
+    if strategy not in quantize.STRATEGIES:
+        raise UserError(f"unknown quantisation {strategy!r} (known: rank, exponential)")
+    chosen = cast(quantize.Strategy, strategy)
 
     def assign(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
-        return quantized_classes(quantize, ranking, k, strategy)
+        classes = quantize.quantize(ranking, k, chosen)
+        return [(key, classes[key]) for key in ranking.order()]
 
-    return policy, assign
-
-
-def quantized_classes(
-    quantize: Any, ranking: Ranking, k: int, strategy: str = "rank"
-) -> list[tuple[CoflowKey, int]]:
-    """(coflow, class) in rank order, class ``k - 1`` most urgent, via ``control.quantize``."""
-    classes = quantize.quantize(ranking, k, strategy)
-    return [(key, int(classes[key])) for key in ranking.order()]
+    return get_policy(name), assign
 
 
 # --- pipeline artefacts -----------------------------------------------------------------
 
 
 def embedded_artifacts(p4_path: Path) -> PipelineArtifacts:
-    frontend = importlib.import_module("softswitch.frontend")
-    program = frontend.compile_file(p4_path)
+    # Imported here: only the embedded target needs the compiler, and the CLI stays quick.
+    from softswitch.frontend import compile_file
+
+    program = compile_file(p4_path)
     return PipelineArtifacts(program.p4info, program.device_config())
 
 

@@ -17,7 +17,7 @@ from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
-from control.controller_cli import embedded_artifacts
+from control.controller_cli import embedded_artifacts, load_policy
 from control.entries import from_table_entry
 from control.model import CoflowKey
 from control.p4runtime_client import P4Names, P4RuntimeClient
@@ -341,3 +341,20 @@ def test_stage_counters_feed_progress_to_a_non_clairvoyant_policy(net: Network) 
     assert sent(1) == 20 * len(packet(1, 0, first[0]))  # whole frames, as BMv2 counts
     assert sent(2) == 0
     assert [o["coflow"][0] for o in net.controller.status()["order"]] == [2, 1]
+
+
+def test_the_beamer_policy_drives_the_switch(net: Network) -> None:
+    """The shipped policy and quantiser, as ``beamer controller --policy beamer`` runs them:
+    the experiment with less remaining demand gets the higher class, one per experiment."""
+    policy, assign = load_policy("beamer", 8)
+    net.controller.policy = policy
+    net.controller.assign_classes = assign
+    big = _start(net, 1, [4_000_000, 4_000_000])
+    small = _start(net, 2, [100_000, 100_000])
+    stages = {
+        (s["experiment_id"], s["stage_id"]): s["class"] for s in net.controller.status()["stages"]
+    }
+    assert stages == {(2, 0): 7, (1, 0): 6}
+    for experiment_id, coflow_id in ((1, big[0]), (2, small[1]), (1, big[1]), (2, small[0])):
+        net.switch.send(1, packet(experiment_id, 0, coflow_id))
+    assert [class_of(f) for f in departures(net.switch, 2)] == [6, 7, 6, 7]

@@ -1,0 +1,197 @@
+"""``beamer controller`` and ``beamer status`` as users run them: a real process, a real
+switch server, events over the Unix socket, clean exit on SIGTERM, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+
+from control.cli import main
+from control.controller_cli import DEFAULT_P4, bmv2_artifacts, embedded_artifacts, format_status
+from control.errors import UserError
+from control.events import EventClient
+from control.p4runtime_client import P4RuntimeClient
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.switch import Switch, VirtualClock
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _topology(tmp_path: Path, grpc_addr: str) -> Path:
+    path = tmp_path / "topo.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "cli",
+                "switches": [{"name": "s1", "device_id": 0, "grpc_addr": grpc_addr}],
+                "hosts": [
+                    {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:0{i}"}
+                    for i in (1, 2)
+                ],
+                "links": [{"node1": f"h{i}", "node2": "s1", "port2": i} for i in (1, 2)],
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def switch_server() -> Iterator[P4RuntimeServer]:
+    switch = Switch(clock=VirtualClock())
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(0)
+        switch.close()
+
+
+def test_bad_arguments_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.json"
+    assert main(["controller", "--topo", str(missing), "--policy", "beamer"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"beamer: error: {missing}: cannot read topology file: No such file or directory"
+    ]
+    assert main(["controller", "--topo", "x.json", "--policy", "beamer", "--queues", "9"]) == 2
+    assert "--queues: 9 is out of range 1..8" in capsys.readouterr().err
+    assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2
+    assert capsys.readouterr().err.startswith("beamer: error: controller at ")
+
+
+def test_controller_process_serves_events_and_status_and_cleans_up(
+    tmp_path: Path, switch_server: P4RuntimeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topo = _topology(tmp_path, switch_server.addr)
+    socket_path = tmp_path / "controller.sock"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "control.cli",
+            "controller",
+            "--topo",
+            str(topo),
+            "--policy",
+            "beamer",
+            "--events-addr",
+            "127.0.0.1:0",
+            "--events-socket",
+            str(socket_path),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path.exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "controller did not open its socket"
+            time.sleep(0.05)
+        with EventClient(str(socket_path)) as client:
+            assert client.status()["switches"][0]["state"] == "ready"
+            client.experiment_released(
+                {
+                    "experiment_id": 4,
+                    "stages": [
+                        {
+                            "stage_id": 0,
+                            "trials": [
+                                {
+                                    "trial_id": 2,
+                                    "iterations": 3,
+                                    "flows": [{"src": "h1", "dst": "h2", "size_bytes": 10**6}],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            )
+            client.stage_released(4, 0)
+            client.trial_started(4, 0, 2)
+            assert client.coflow_started(4, 0, 2, 0) == 2 << 16
+        capsys.readouterr()
+        assert main(["status", "--events-socket", str(socket_path)]) == 0
+        shown = capsys.readouterr().out
+        assert "experiment 4 stage 0: class 7" in shown
+        assert "stage_class[experiment_id=4, stage_id=0] -> set_class(class_id=7)" in shown
+        assert main(["status", "--events-socket", str(socket_path), "--json"]) == 0
+        as_json = json.loads(capsys.readouterr().out)
+        assert as_json["order"][0]["coflow"] == [4, 0, 2, 0]
+        # The switch holds what the status says, read over P4Runtime independently.
+        reader = P4RuntimeClient(switch_server.addr, 0).read_only()
+        try:
+            assert len(reader.read_table(0)) == len(as_json["switches"][0]["entries"])
+        finally:
+            reader.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert not socket_path.exists()
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def test_format_status_lists_order_stages_and_entries() -> None:
+    status = {
+        "policy": "beamer",
+        "queues": 8,
+        "election_id": 1,
+        "events_applied": 3,
+        "last_reaction_ms": 1.5,
+        "switches": [
+            {
+                "name": "s1",
+                "address": "127.0.0.1:9559",
+                "state": "backup",
+                "error": "not primary",
+                "entries": ["stage_class[experiment_id=1, stage_id=0] -> set_class(class_id=7)"],
+            }
+        ],
+        "order": [
+            {"coflow": [1, 0, 3, 2], "coflow_id": (3 << 16) | 2, "class": 7, "override": True}
+        ],
+        "stages": [{"experiment_id": 1, "stage_id": 0, "class": 6, "fallback": True}],
+    }
+    text = format_status(status)
+    assert "s1       127.0.0.1:9559         backup  (not primary)" in text
+    assert "(1, 0, 3, 2)" in text and "0x00030002" in text and "coflow entry" in text
+    assert "experiment 1 stage 0: class 6  (fallback: stage-level only)" in text
+    assert "entries on s1 (1):" in text
+
+
+def test_bmv2_artifacts_come_from_p4c_outputs(tmp_path: Path) -> None:
+    embedded = embedded_artifacts(DEFAULT_P4)
+    p4info_path = tmp_path / "beamer.p4info.txtpb"
+    p4info_path.write_text(text_format.MessageToString(embedded.p4info))
+    json_path = tmp_path / "beamer.json"
+    json_path.write_bytes(b'{"program": "beamer.p4"}')
+    artifacts = bmv2_artifacts(json_path, p4info_path)
+    assert artifacts.p4info == embedded.p4info
+    assert artifacts.device_config == b'{"program": "beamer.p4"}'
+    assert artifacts.cookie != embedded.cookie
+    with pytest.raises(UserError, match="needs --bmv2-json and --p4info"):
+        bmv2_artifacts(json_path, None)
+    with pytest.raises(UserError, match=r"absent\.json: No such file"):
+        bmv2_artifacts(tmp_path / "absent.json", p4info_path)
+    p4info_path.write_text("tables { preamble { id: nope } }")
+    with pytest.raises(UserError, match=r"beamer\.p4info\.txtpb:1:"):
+        bmv2_artifacts(json_path, p4info_path)
