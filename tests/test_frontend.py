@@ -194,3 +194,18 @@ def test_validity_and_slice_keys_are_named_like_p4c() -> None:
         ("hdr.ipv4.$valid$", 1),
         ("hdr.ipv4.ttl[7:4]", 4),
     ]
+
+
+def test_name_annotations_rename_control_plane_objects() -> None:
+    source = (
+        (PROGRAMS / "basic.p4")
+        .read_text()
+        .replace("    table ipv4_lpm {", '    @name("routes") table ipv4_lpm {')
+        .replace("    action drop() {", '    @name(".global_drop") action drop() {')
+    )
+    program = compile_source(source, "named.p4")
+    assert [t.preamble.name for t in program.p4info.tables] == ["MyIngress.routes"]
+    assert "global_drop" in program.action_ids
+    bad = source.replace('@name("routes")', "@name(routes)")
+    with pytest.raises(CompileError, match="@name takes one string"):
+        compile_source(bad, "named.p4")

@@ -964,7 +964,7 @@ class Compiler:
     ) -> ExternInstance:
         assert isinstance(inst.type, ast.NamedType)
         kind = inst.type.name
-        qualified = f"{control}.{inst.name}"
+        qualified = self.control_plane_name(inst, control)
         pyname = "X_" + qualified.replace(".", "_")
         type_args = [self.resolve_type(a) for a in inst.type.args]
 
@@ -1013,10 +1013,22 @@ class Compiler:
             raise CompileError(inst.loc, f"extern {kind} is not supported by this target")
         raise CompileError(inst.loc, f"unknown extern type {kind}")
 
+    @staticmethod
+    def control_plane_name(decl: ast.Decl, control: str | None) -> str:
+        """P4Info name as p4c forms it: ``Control.name``; ``@name("x")`` renames the last
+        part, ``@name(".x")`` makes it global."""
+        annotation = decl.annotation("name")
+        name = decl.name
+        if annotation is not None:
+            if len(annotation.args) != 1 or not isinstance(annotation.args[0], ast.StringLit):
+                raise CompileError(annotation.loc, '@name takes one string, e.g. @name("x")')
+            name = annotation.args[0].value
+            if name.startswith("."):
+                return name[1:]
+        return f"{control}.{name}" if control else name
+
     def declare_action(self, decl: ast.ActionDecl, control: str | None) -> ActionInfo:
-        name = f"{control}.{decl.name}" if control else decl.name
-        if decl.annotation("name") is not None:
-            raise CompileError(decl.loc, "@name annotations are not supported")
+        name = self.control_plane_name(decl, control)
         params: list[tuple[str, int]] = []
         for p in decl.params:
             if p.direction:
@@ -1073,7 +1085,7 @@ class Compiler:
 
     def declare_table(self, decl: ast.TableDecl, control: str, scope: Scope) -> TableInfo:
         assert self.ctx is not None
-        name = f"{control}.{decl.name}"
+        name = self.control_plane_name(decl, control)
         keys: list[KeyInfo] = []
         for key in decl.keys or []:
             if key.match_kind not in self.match_kinds:
