@@ -217,6 +217,7 @@ def test_exit_drop_setinvalid_and_parser_errors(features: tuple[CompiledProgram,
     [(_p, _q, stripped)] = pipeline.process(0, op_frame(0xEE, 1, 1))
     assert stripped == bytes.fromhex("020202020202040404040404") + b"\x08\x00tail"
     assert pipeline.process(0, op_frame(0x01, 1, 1, flags=0x80)) == []  # verify() failed
+    assert pipeline.process(0, op_frame(0xF0, 1, 1)) == []  # lookahead<op_t>().opcode
     assert pipeline.process(0, op_frame(0x01, 1, 1)[:20]) == []  # truncated op header
     other = bytes.fromhex("020202020202040404040404") + b"\x08\x06" + b"\0" * 28
     assert pipeline.process(2, other) == [(3, 0, other)]  # no op header: forwarded unchanged

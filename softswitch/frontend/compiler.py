@@ -1927,8 +1927,13 @@ class Compiler:
             if call.args or len(call.type_args) != 1:
                 raise CompileError(call.loc, "lookahead<T>() takes one type and no arguments")
             t = self.resolve_type(call.type_args[0])
+            if isinstance(t, HeaderT) and t.varbit_field is None:
+                # A header value read without moving the cursor (e.g. lookahead<h_t>().field).
+                return Val(f"_peek(x_{t.name}, {self.class_name(t)}(), _pkt, _off, _plen)", t)
             if not isinstance(t, Bits):
-                raise CompileError(call.loc, "lookahead<T> supports bit<W> only")
+                raise CompileError(
+                    call.loc, "lookahead<T> supports bit<W> and fixed-size header types"
+                )
             return Val(f"_lookahead(_pkt, _off, _plen, {t.width})", t)
         if method == "advance":
             if len(call.args) != 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 from softswitch.runtime import CounterData
 
@@ -108,6 +110,14 @@ def _lookahead(pkt: bytes, off: int, plen: int, nbits: int) -> int:
     return int.from_bytes(pkt[off : off + nbytes], "big") >> (nbytes * 8 - nbits)
 
 
+def _peek(
+    extract: Callable[[Any, bytes, int, int], int], header: Any, pkt: bytes, off: int, plen: int
+) -> Any:
+    """``lookahead<header_t>()``: the header the next bytes would give, cursor unmoved."""
+    extract(header, pkt, off, plen)
+    return header
+
+
 def _advance(off: int, plen: int, nbits: int) -> int:
     if nbits % 8:
         raise _Reject(_PARSER_INVALID_ARGUMENT)
@@ -153,6 +163,7 @@ HELPERS = {
     "_hash_xor16": _hash_xor16,
     "_hash_result": _hash_result,
     "_lookahead": _lookahead,
+    "_peek": _peek,
     "_advance": _advance,
     "_count": _count,
     "_reg_read": _reg_read,

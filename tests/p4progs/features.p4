@@ -62,8 +62,15 @@ parser MyParser(packet_in packet, out headers hdr, inout metadata meta,
     state check_op {
         /* Peek at opcode and flags before extracting. */
         transition select(packet.lookahead<bit<16>>()[7:0]) {
-            0 .. 0x3F: parse_op;
+            0 .. 0x3F: check_opcode;
             0x80 &&& 0x80: bad_flags;
+            default: check_opcode;
+        }
+    }
+    state check_opcode {
+        /* Opcode 0xF0 is never valid: reject it before extracting anything. */
+        transition select(packet.lookahead<op_t>().opcode) {
+            0xF0: bad_flags;
             default: parse_op;
         }
     }
