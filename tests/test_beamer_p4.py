@@ -217,6 +217,39 @@ def test_first_option_not_a_wellformed_tag_is_untagged_and_kept(rig: Rig, option
     assert checksum_is_valid(ip_out)
 
 
+def raw_ipv4(options: bytes, dst: str = "10.0.1.5") -> bytes:
+    """An IPv4 frame with exactly these option bytes (scapy would repair bad lengths)."""
+    ihl = 5 + len(options) // 4
+    header = bytearray(
+        bytes([0x40 | ihl, 0]) + (ihl * 4 + 4).to_bytes(2, "big") + bytes(4)
+        + bytes([64, 253]) + bytes(2) + bytes([10, 0, 9, 9]) + bytes(int(x) for x in dst.split("."))
+        + options
+    )  # fmt: skip
+    header[10:12] = internet_checksum(bytes(header)).to_bytes(2, "big")
+    return bytes.fromhex("0200000000aa020000000009") + b"\x08\x00" + bytes(header) + b"data"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        b"\x9e\x0c\x10\x00",  # a tag's first bytes, but IHL 6 leaves room for 4 option bytes
+        b"\x9e\x00\x10\x00" + bytes(8),  # tag type with option length 0
+        b"\x44\x01\x00\x00",  # timestamp option with an impossible length
+        bytes(40),  # 40 bytes of end-of-options
+    ],
+    ids=["tag-cut-by-ihl", "tag-length-0", "bad-length", "max-options"],
+)
+def test_bad_option_lengths_are_untagged_and_forwarded_unchanged(rig: Rig, options: bytes) -> None:
+    rig.set_default_class(5)
+    sent = raw_ipv4(options)
+    [(port, priority, data)] = rig.send(sent)
+    assert (port, priority) == (1, 5)
+    ip_out = Ether(data)[IP]
+    assert bytes(ip_out)[20 : ip_out.ihl * 4] == options
+    assert checksum_is_valid(ip_out)
+    assert data.endswith(b"data")
+
+
 def test_tag_that_is_not_first_is_ignored(rig: Rig) -> None:
     rig.set_default_class(2)
     sent = frame(options=[b"\x01\x01\x01\x01", beamer_tag(1, 2, 0x00030001)])
