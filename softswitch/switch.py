@@ -8,9 +8,10 @@ time (:class:`RealClock`) :meth:`Switch.start` runs one pipeline thread that
 waits on every Linux port with ``epoll``, runs ingress for what arrives and
 transmits what the traffic manager releases when it is due.
 
-Tables are programmed through ``switch.pipeline.runtime`` (a
-:class:`softswitch.runtime.RuntimeState`), the same object the P4Runtime
-server writes to.
+Tables are programmed by P4 names through ``switch.tables`` (a
+:class:`TableWriter`, simple_switch_CLI style) or by P4Info ids through
+``switch.pipeline.runtime`` (a :class:`softswitch.runtime.RuntimeState`), the
+same state the P4Runtime server writes to.
 """
 
 from __future__ import annotations
