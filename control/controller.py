@@ -532,7 +532,11 @@ class Reaction:
 
 
 class Controller(EventHandler):
-    """See the module docstring. ``assign_classes`` defaults to :mod:`control.quantize`."""
+    """See the module docstring.
+
+    ``policy_factory`` (optional) builds a fresh policy when the tuning system reuses
+    an experiment id: policies may cache per-experiment plan data by id.
+    """
 
     def __init__(
         self,
@@ -540,8 +544,11 @@ class Controller(EventHandler):
         policy: Any,
         assign_classes: ClassAssigner,
         clock: Callable[[], float] = time.monotonic,
+        policy_factory: Callable[[], Any] | None = None,
     ) -> None:
         self.config = config
+        self.policy_factory = policy_factory
+        self._seen_experiments: set[int] = set()
         self.policy = policy
         self.assign_classes = assign_classes
         self.clock = clock
@@ -604,6 +611,8 @@ class Controller(EventHandler):
                 self.state.apply(event, self.now_s())
             except EventError as error:
                 raise UserError(f"{journal.path}:{number}: {error}") from None
+            if isinstance(event, ExperimentReleased):
+                self._seen_experiments.add(event.experiment.experiment_id)
             journal.remember(_experiment_of(event), event)
             self.events_applied += 1
         self._replan()
@@ -650,6 +659,8 @@ class Controller(EventHandler):
             event = parse_event(raw, self._resolve_host)
             result = self.state.apply(event, self.now_s())
             self.events_applied += 1
+            if isinstance(event, ExperimentReleased):
+                self._note_experiment(event.experiment.experiment_id)
             if self.journal is not None:
                 experiment_id = _experiment_of(event)
                 if experiment_id in self.state.experiments:
@@ -684,6 +695,13 @@ class Controller(EventHandler):
             "reaction_ms": round(reaction.seconds * 1e3, 3),
             "pending_switches": pending,
         }
+
+    def _note_experiment(self, experiment_id: int) -> None:
+        """A reused experiment id gets a fresh policy, so no cached plan data is stale."""
+        if experiment_id in self._seen_experiments and self.policy_factory is not None:
+            log.info("experiment id %d reused; starting a fresh policy", experiment_id)
+            self.policy = self.policy_factory()
+        self._seen_experiments.add(experiment_id)
 
     def _resolve_host(self, value: str | int) -> int:
         topology = self.config.topology

@@ -161,7 +161,7 @@ def run_controller(args: argparse.Namespace) -> int:
         counter_interval_s=args.counter_interval,
         journal_path=args.journal,
     )
-    controller = Controller(config, policy, assign)
+    controller = Controller(config, policy, assign, policy_factory=lambda: get_policy(args.policy))
     socket_path = args.events_socket or default_socket_path()
     server = EventServer(controller, tcp_addr=args.events_addr, unix_path=socket_path)
     stop = threading.Event()

@@ -358,3 +358,20 @@ def test_the_beamer_policy_drives_the_switch(net: Network) -> None:
     for experiment_id, coflow_id in ((1, big[0]), (2, small[1]), (1, big[1]), (2, small[0])):
         net.switch.send(1, packet(experiment_id, 0, coflow_id))
     assert [class_of(f) for f in departures(net.switch, 2)] == [6, 7, 6, 7]
+
+
+def test_a_reused_experiment_id_is_ranked_by_its_new_plan(net: Network) -> None:
+    policy, assign = load_policy("beamer", 8)
+    net.controller.policy = policy
+    net.controller.assign_classes = assign
+    net.controller.policy_factory = lambda: load_policy("beamer", 8)[0]
+    _start(net, 1, [50_000_000])
+    net.event("coflow_finished", experiment_id=1, stage_id=0, trial_id=0, iteration=0)
+    net.event("experiment_finished", experiment_id=1)
+    # Id 1 comes back with a far smaller plan: it, not experiment 2, is now the smaller.
+    _start(net, 1, [100_000])
+    _start(net, 2, [1_000_000])
+    stages = {
+        (s["experiment_id"], s["stage_id"]): s["class"] for s in net.controller.status()["stages"]
+    }
+    assert stages == {(1, 0): 7, (2, 0): 6}
