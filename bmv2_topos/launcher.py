@@ -34,7 +34,7 @@ from types import FrameType
 from typing import IO, Any, Literal
 
 from bmv2_topos import bmv2, netns
-from bmv2_topos.state import RUN_ID_VARIABLE, RunState, runs_dir
+from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
 from control.errors import UserError
 from control.topology import Endpoint, Topology
 
@@ -111,6 +111,7 @@ class EmulatedNetwork:
     switch_niceness: int = -10
     """A software switch stands in for hardware that shares no CPU: when the
     machine is busy, the hosts should slow down, not the network."""
+    rto_min_ms: int = 10
     mtu_bytes: int = 9000
     """Jumbo frames, as GPU clusters use: a sixth of the packets a 1500-byte MTU needs."""
     bmv2_json: Path | None = None
@@ -239,7 +240,12 @@ class EmulatedNetwork:
                 "link set eth0 up",
                 # Every peer is on-link: the switches route by IP and rewrite the
                 # destination MAC, so hosts need no gateway, only their peers' MACs.
-                "route replace default dev eth0",
+                # A data-centre minimum RTO (Vasudevan et al., SIGCOMM 2009): a TCP
+                # flow starved in a low class must not sit out 200 ms+ backoffs
+                # after the classes above it have finished.
+                f"route replace {host.interface.network} dev eth0 src {host.ip} "
+                f"rto_min {self.rto_min_ms}ms",
+                f"route replace default dev eth0 rto_min {self.rto_min_ms}ms",
             ]
             lines += [
                 f"neigh replace {peer.ip} lladdr {peer.mac} dev eth0 nud permanent"
@@ -310,7 +316,11 @@ class EmulatedNetwork:
         log_file = log_path.open("wb")
         command = ["ip", "netns", "exec", self.fabric_namespace, *argv]
         # The run id in the environment marks the process as ours for leftover checks.
-        environment = {**os.environ, RUN_ID_VARIABLE: self.state.run_id}
+        environment = {
+            **os.environ,
+            RUN_ID_VARIABLE: self.state.run_id,
+            OWNER_VARIABLE: f"{self.state.owner_pid}:{self.state.owner_start_ticks}",
+        }
         popen = subprocess.Popen(
             command,
             env=environment,

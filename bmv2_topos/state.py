@@ -200,13 +200,25 @@ def delete_namespace(name: str) -> bool:
 
 
 RUN_ID_VARIABLE = "BEAMER_RUN_ID"
-"""Set in the environment of every process a run starts (see the launcher)."""
+OWNER_VARIABLE = "BEAMER_RUN_OWNER"
+"""Both are set in the environment of every process a run starts (see the launcher):
+the run id, and ``pid:start_ticks`` of the run's owner, so a leftover is recognised
+as one even when its run keeps its state in another runs directory."""
 
 
-def tagged_processes() -> dict[int, str]:
-    """pid → run id of every process carrying ``BEAMER_RUN_ID`` in its environment."""
-    found: dict[int, str] = {}
-    marker = RUN_ID_VARIABLE.encode() + b"="
+@dataclass(frozen=True, slots=True)
+class TaggedProcess:
+    pid: int
+    run_id: str
+    owner: tuple[int, int] | None
+
+    def owner_alive(self) -> bool:
+        return self.owner is not None and process_start_ticks(self.owner[0]) == self.owner[1]
+
+
+def tagged_processes() -> list[TaggedProcess]:
+    """Every process carrying ``BEAMER_RUN_ID`` in its environment."""
+    found: list[TaggedProcess] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -214,10 +226,19 @@ def tagged_processes() -> dict[int, str]:
             environment = (entry / "environ").read_bytes()
         except OSError:
             continue
-        for item in environment.split(b"\0"):
-            if item.startswith(marker):
-                found[int(entry.name)] = item[len(marker) :].decode(errors="replace")
-                break
+        variables = dict(
+            item.decode(errors="replace").split("=", 1)
+            for item in environment.split(b"\0")
+            if b"=" in item
+        )
+        run_id = variables.get(RUN_ID_VARIABLE)
+        if run_id is None:
+            continue
+        owner: tuple[int, int] | None = None
+        pid_text, _, ticks_text = variables.get(OWNER_VARIABLE, "").partition(":")
+        if pid_text.isdigit() and ticks_text.isdigit():
+            owner = (int(pid_text), int(ticks_text))
+        found.append(TaggedProcess(int(entry.name), run_id, owner))
     return found
 
 
@@ -231,12 +252,14 @@ def clean_leftovers(base: Path | None = None) -> CleanReport:
     """Remove what dead runs left behind; runs whose owner still lives are left alone.
 
     Namespaces with the project prefix that no state file accounts for are
-    leftovers too (a run writes its state before creating anything).
+    leftovers too (a run writes its state before creating anything), unless a
+    process of that run still has a live owner (a run using another runs
+    directory) or the namespace is only seconds old.
     """
     base = base or runs_dir()
     report = CleanReport()
     accounted: set[str] = set()
-    live_prefixes: set[str] = set()
+    live_ids: set[str] = set()
     if base.is_dir():
         for directory in sorted(base.iterdir()):
             if not (directory.is_dir() and RUN_ID_RE.match(directory.name)):
@@ -246,25 +269,28 @@ def clean_leftovers(base: Path | None = None) -> CleanReport:
             except (OSError, ValueError, KeyError, TypeError):
                 # Created but not yet written, or corrupt: only its prefix can be swept.
                 if _is_fresh(directory):
-                    live_prefixes.add(f"bm{directory.name}-")
+                    live_ids.add(directory.name)
                 else:
                     shutil.rmtree(directory, ignore_errors=True)
                 continue
             if state.owner_alive():
                 report.skipped_live_runs.append(state.run_id)
-                live_prefixes.add(state.prefix)
+                live_ids.add(state.run_id)
                 continue
             accounted.update(state.namespaces)
             report.removed.extend(state.teardown())
-    live_ids = {prefix[2:-1] for prefix in live_prefixes}
-    for pid, run_id in sorted(tagged_processes().items()):
-        ticks = process_start_ticks(pid)
-        leftover = run_id not in live_ids and ticks is not None
-        if leftover and terminate(ProcessRecord(pid, ticks or 0, "leftover")):
-            report.removed.append(f"process {pid} (run {run_id})")
+    for process in tagged_processes():
+        if process.owner_alive():
+            live_ids.add(process.run_id)
+            continue
+        ticks = process_start_ticks(process.pid)
+        if process.run_id in live_ids or ticks is None:
+            continue
+        if terminate(ProcessRecord(process.pid, ticks, "leftover")):
+            report.removed.append(f"process {process.pid} (run {process.run_id})")
     for name in netns.list_namespaces():
         ours = OUR_NAME_RE.match(name) and name not in accounted
-        live = any(name.startswith(prefix) for prefix in live_prefixes)
+        live = name[2:7] in live_ids or _is_fresh(netns.NETNS_DIR / name)
         if ours and not live and delete_namespace(name):
             report.removed.append(f"namespace {name}")
     return report

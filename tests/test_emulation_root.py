@@ -186,7 +186,7 @@ def _assert_nothing_left(run: state.RunState) -> None:
     assert not run.directory.exists()
     for record in run.processes:
         assert not record.alive(), f"{record.role} (pid {record.pid}) is still running"
-    assert run.run_id not in state.tagged_processes().values()
+    assert run.run_id not in {process.run_id for process in state.tagged_processes()}
 
 
 def test_killing_the_switch_ends_the_run_with_one_clear_error_and_no_leftovers(

@@ -46,8 +46,16 @@ def test_no_veth_of_ours_in_the_root_namespace() -> None:
 
 
 def test_no_process_of_a_finished_run_is_left() -> None:
-    leftovers = {pid: run for pid, run in state.tagged_processes().items() if _finished(run)}
-    assert leftovers == {}
+    leftovers = [
+        process
+        for process in state.tagged_processes()
+        if not process.owner_alive() or process.owner == (os.getpid(), _my_start_ticks())
+    ]
+    assert leftovers == []
+
+
+def _my_start_ticks() -> int | None:
+    return state.process_start_ticks(os.getpid())
 
 
 def test_no_run_directory_of_this_session_is_left() -> None:
