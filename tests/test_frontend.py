@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,40 @@ def test_name_annotations_rename_control_plane_objects() -> None:
     bad = source.replace('@name("routes")', "@name(routes)")
     with pytest.raises(CompileError, match="@name takes one string"):
         compile_source(bad, "named.p4")
+
+
+def fake_p4c(directory: Path, p4info_text: str) -> None:
+    """A stand-in ``p4c`` that checks its arguments and writes what p4c would."""
+    script = directory / "p4c"
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import sys, pathlib\n"
+        "args = sys.argv[1:]\n"
+        "assert args[:4] == ['--target', 'bmv2', '--arch', 'v1model'], args\n"
+        "out = pathlib.Path(args[args.index('-o') + 1])\n"
+        "info = pathlib.Path(args[args.index('--p4runtime-files') + 1])\n"
+        "(out / (pathlib.Path(args[-1]).stem + '.json')).write_text('{}')\n"
+        f"info.write_text({p4info_text!r})\n"
+    )
+    script.chmod(0o755)
+
+
+def test_compile_runs_p4c_when_present_and_compares_ids(
+    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    fake_p4c(bin_dir, text_format.MessageToString(beamer.p4info))
+    out = tmp_path / "build"
+    assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out)]) == 0
+    assert (out / "beamer.json").exists()
+    assert "different P4Info ids" not in capsys.readouterr().out
+
+    changed = p4info_pb2.P4Info()
+    changed.CopyFrom(beamer.p4info)
+    changed.tables[0].preamble.id += 1
+    fake_p4c(bin_dir, text_format.MessageToString(changed))
+    assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out)]) == 0
+    assert f"different P4Info ids to: {changed.tables[0].preamble.name}" in capsys.readouterr().out
