@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
@@ -75,7 +76,7 @@ from control.p4runtime_client import (
     P4RuntimeError,
     suppress_close_errors,
 )
-from control.policies.base import CoflowState, ExperimentState, Ranking, Snapshot
+from control.policies.base import CoflowState, ExperimentState, PortVector, Ranking, Snapshot
 from control.topology import SwitchSpec, Topology
 
 log = logging.getLogger(__name__)
@@ -128,18 +129,23 @@ class _Coflow:
     by_port: dict[int, float]
     num_flows: int
     sent_bytes: float = 0.0
+    num_ports: int = 0
     view: CoflowState | None = None
     """The policy's view, rebuilt only when progress changes it."""
 
     def state(self) -> CoflowState:
         if self.view is None:
             left = 1.0 - self.sent_bytes / self.total_bytes if self.total_bytes else 0.0
+            # A dense row, as the simulator passes it: policies stack rows without loops.
+            row = np.zeros(self.num_ports)
+            for port, size in self.by_port.items():
+                row[port] = size * left
             self.view = CoflowState(
                 key=self.key,
                 arrival_s=self.arrival_s,
                 total_bytes=self.total_bytes,
                 sent_bytes=self.sent_bytes,
-                remaining_by_port={p: b * left for p, b in self.by_port.items()},
+                remaining_by_port=PortVector(row),
                 num_flows=self.num_flows,
             )
         return self.view
@@ -294,7 +300,12 @@ class ScheduleState:
             by_port[down] = by_port.get(down, 0.0) + flow.size_bytes
         trial.active_iteration = event.iteration
         self.coflows[key] = _Coflow(
-            key, now_s, float(plan.sync_bytes), by_port, len(plan.sync_flows)
+            key,
+            now_s,
+            float(plan.sync_bytes),
+            by_port,
+            len(plan.sync_flows),
+            num_ports=len(self.port_capacity_bps),
         )
         return {"coflow_id": coflow_tag(key)}
 
