@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import pytest
 
 from control.errors import UserError
@@ -251,3 +252,21 @@ def test_validation_error_names_the_file(tmp_path: Path) -> None:
     path.write_text(json.dumps(raw))
     with pytest.raises(UserError, match=r"bad\.json: hosts\[0\]\.mac"):
         load_topology(path)
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "bmv2_topos").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_topologies_load_and_route_every_host_from_every_switch(path: Path) -> None:
+    topology = load_topology(path)
+    raw = json.loads(path.read_text())
+    routes = topology.routes()
+    for switch in topology.switches:
+        assert {r.host for r in routes[switch.name]} == {h.name for h in topology.hosts}
+        for host in topology.hosts:
+            visited = _walk(raw, switch.name, str(host.ip))
+            assert visited[-1] == host.name
+            # Hop count equals the graph's shortest path: no detours.
+            shortest = nx.shortest_path(topology.graph(), switch.name, host.name)
+            assert len(visited) == len(shortest)
