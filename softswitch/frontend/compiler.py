@@ -129,6 +129,11 @@ def _py(name: str) -> str:
     return "f_" + name
 
 
+def action_id_global(action_name: str) -> str:
+    """Name of the generated code's global holding an action's P4Info id."""
+    return "AID_" + action_name.replace(".", "__")
+
+
 class Emitter:
     """Indented Python source lines."""
 
@@ -1299,21 +1304,63 @@ class Compiler:
             out(f"_e = {info.pyname}.lookup(({', '.join(codes)},))")
         else:
             out("_e = None")
-        args = sig
         out("if _e is None:")
         out.indent()
         out(f"_c = {info.pyname}.default_action")
-        out(f"A_{self.ctx.name}[_c.action_id]({args}, *_c.params)")
-        out("return False, _c.action_id")
+        out("_hit = False")
         out.dedent()
-        if info.direct_counter is not None and sm is not None:
+        out("else:")
+        out.indent()
+        if info.direct_counter is not None:
             out(f"_e.counter.add({sm}.f_packet_length)")
-        elif info.direct_counter is not None:
-            out("_e.counter.add(_sm.f_packet_length)")
         out("_c = _e.action")
-        out(f"A_{self.ctx.name}[_c.action_id]({args}, *_c.params)")
-        out("return True, _c.action_id")
+        out("_hit = True")
         out.dedent()
+        out("_aid = _c.action_id")
+        # Actions without 'return' run inline (no call per packet); others are called.
+        first = True
+        for action_name, _scope_kind in info.actions:
+            action = self.lowered.actions[action_name]
+            out(f"{'if' if first else 'elif'} _aid == {action_id_global(action_name)}:")
+            first = False
+            out.indent()
+            if self.contains_return(action.decl.body):
+                out(f"{self.action_fn(action)}({sig}, *_c.params)")
+            else:
+                self.inline_action(action, scope)
+            out.dedent()
+        out("return _hit, _aid")
+        out.dedent()
+
+    @staticmethod
+    def contains_return(stmt: ast.Stmt) -> bool:
+        if isinstance(stmt, ast.Return):
+            return True
+        if isinstance(stmt, ast.Block):
+            return any(Compiler.contains_return(s) for s in stmt.stmts)
+        if isinstance(stmt, ast.If):
+            return Compiler.contains_return(stmt.then) or (
+                stmt.other is not None and Compiler.contains_return(stmt.other)
+            )
+        if isinstance(stmt, ast.Switch):
+            return any(c.body is not None and Compiler.contains_return(c.body) for c in stmt.cases)
+        return False
+
+    def inline_action(self, info: ActionInfo, scope: Scope) -> None:
+        assert self.ctx is not None
+        out = self.out
+        codes = {n: self.fresh(f"ap_{n}_") for n, _ in info.params}
+        if len(codes) == 1:
+            out(f"{next(iter(codes.values()))}, = _c.params")
+        elif codes:
+            out(f"{', '.join(codes.values())} = _c.params")
+        action_scope = Scope(
+            {n: VarEntry(codes[n], Bits(w), writable=True) for n, w in info.params},
+            scope if info.control else Scope({}, self.globals),
+        )
+        self.ctx.in_action = True
+        self.lower_block(info.decl.body, action_scope)
+        self.ctx.in_action = False
 
     def sm_code(self, scope: Scope) -> str | None:
         return "_sm"

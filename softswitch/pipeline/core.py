@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from softswitch.frontend.compiler import action_id_global
 from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
 
@@ -53,6 +54,8 @@ class Pipeline:
             raise ValueError("core.p4 error codes changed; update pipeline.helpers")
         namespace: dict[str, Any] = dict(helpers.HELPERS)
         namespace["_AID"] = dict(program.action_ids)
+        for name, action_id in program.action_ids.items():
+            namespace[action_id_global(name)] = action_id
         for table in lowered.tables:
             namespace[table.pyname] = self.runtime.tables[program.table_ids[table.name]]
         for counter in lowered.counters:
