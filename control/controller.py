@@ -597,7 +597,7 @@ class Controller(EventHandler):
         for spec in topology.switches:
             target: Target = spec.target or config.default_target
             if target not in config.artifacts:
-                raise EventError(f"switch {spec.name}: no pipeline given for target {target}")
+                raise UserError(f"switch {spec.name}: no pipeline given for target {target}")
             artifacts = config.artifacts[target]
             names = P4Names.build(artifacts.p4info)
             try:
@@ -662,9 +662,9 @@ class Controller(EventHandler):
     def handle_event(self, raw: Any) -> dict[str, Any]:
         """Apply one event, then make sure the switches reflect it before replying.
 
-        Group commit: events that arrive while a reschedule runs are applied as soon as
-        it ends, and the next reschedule covers all of them at once; each reply still
-        leaves only after the writes that reflect its event were acknowledged."""
+        Group commit: events that arrive while a reschedule runs are applied at once and
+        wait; the next reschedule covers all of them together. Each reply still leaves
+        only after the writes that reflect its event were acknowledged."""
         started = time.perf_counter()
         with self._lock:
             event = parse_event(raw, self._resolve_host)
@@ -683,7 +683,7 @@ class Controller(EventHandler):
                 self._changes += 1
                 ticket = self._changes
         counts = (0, 0, 0, 0)
-        folded = ticket == 0
+        folded = False
         if ticket:
             with self._schedule_lock:
                 if self._scheduled < ticket:
