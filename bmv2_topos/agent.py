@@ -351,6 +351,9 @@ class WorkloadRunner:
     def now_s(self) -> float:
         return time.monotonic() - self._zero
 
+    def _post(self, call: Callable[[], object]) -> asyncio.Future[object]:
+        return asyncio.get_running_loop().run_in_executor(self._events, call)
+
     async def _report(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._events, call)
 
@@ -375,16 +378,26 @@ class WorkloadRunner:
         release_s = self.now_s()
         stage_id = stage.stage_id
         await self._report(lambda: self.sink.stage_released(experiment_id, stage_id))
-        for trial in stage.trials:
-            await self._report(
+        posted = [
+            self._post(
                 functools.partial(self.sink.trial_started, experiment_id, stage_id, trial.trial_id)
             )
-        await asyncio.gather(*(self._trial(experiment_id, stage_id, t) for t in stage.trials))
+            for trial in stage.trials
+        ]
+        finished = await asyncio.gather(
+            *(self._trial(experiment_id, stage_id, t) for t in stage.trials)
+        )
         end_s = self.now_s()
         self.record.stages.append(StageRecord(experiment_id, stage_id, release_s, end_s))
+        # Surface any refusal of the events posted without waiting.
+        await asyncio.gather(*posted, *(future for futures in finished for future in futures))
         await self._report(lambda: self.sink.stage_completed(experiment_id, stage_id))
 
-    async def _trial(self, experiment_id: int, stage_id: int, trial: TrialStage) -> None:
+    async def _trial(
+        self, experiment_id: int, stage_id: int, trial: TrialStage
+    ) -> list[asyncio.Future[object]]:
+        """Run the trial's iterations; returns the events it posted without waiting."""
+        posted: list[asyncio.Future[object]] = []
         flows = [flow for flow in trial.sync_flows if flow.src_host != flow.dst_host]
         first = beamer_option(experiment_id, stage_id, local_coflow_id(trial.trial_id, 0))
         connections: list[Connection] = []
@@ -432,18 +445,23 @@ class WorkloadRunner:
                         sum(flow.size_bytes for flow in flows),
                     )
                 )
-                await self._report(
-                    functools.partial(
-                        self.sink.coflow_finished,
-                        experiment_id,
-                        stage_id,
-                        trial.trial_id,
-                        iteration,
+                # Not awaited: the next event of this trial queues behind it anyway
+                # (one events thread, in order), so the trial goes on computing.
+                posted.append(
+                    self._post(
+                        functools.partial(
+                            self.sink.coflow_finished,
+                            experiment_id,
+                            stage_id,
+                            trial.trial_id,
+                            iteration,
+                        )
                     )
                 )
         finally:
             for connection in connections:
                 connection.close()
+        return posted
 
 
 async def run_workload(

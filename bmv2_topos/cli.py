@@ -12,6 +12,8 @@ from control.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
+DEFAULT_TIME_SCALE = 0.6
+"""Kept equal to :data:`bmv2_topos.emulate.DEFAULT_TIME_SCALE` (this module imports lazily)."""
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +39,11 @@ def register(subparsers: Any) -> None:
     seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
     emulate.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
     emulate.add_argument(
-        "--time-scale", type=float, default=1.0, help="stretch every duration (default 1)"
+        "--time-scale",
+        type=float,
+        default=DEFAULT_TIME_SCALE,
+        help="durations relative to the full-scale workload "
+        f"(default {DEFAULT_TIME_SCALE:g}: a run takes 20-40 s)",
     )
     emulate.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
     emulate.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")

@@ -82,6 +82,20 @@ def test_alone_sct_counts_compute_and_busiest_port() -> None:
     assert alone_sct_s(Stage(0, (trial,)), 20e6) == pytest.approx(3 * (0.1 + 0.8))
 
 
+def test_alone_sct_is_bounded_by_the_busiest_port_of_the_whole_stage() -> None:
+    # Four one-iteration trials all sending 1 MB into host 3: each alone needs 0.4 s,
+    # together the downlink of host 3 carries 4 MB: 1.6 s at 20 Mbit/s.
+    trials = tuple(TrialStage(t, 1, 0.0, (Flow(t, 3, 1_000_000),)) for t in range(3))
+    trials += (TrialStage(3, 1, 0.0, (Flow(4, 3, 1_000_000),)),)
+    assert alone_sct_s(Stage(0, trials), 20e6) == pytest.approx(1.6)
+
+
+def test_cli_default_time_scale_matches_the_emulation_default() -> None:
+    from bmv2_topos import cli, emulate
+
+    assert cli.DEFAULT_TIME_SCALE == emulate.DEFAULT_TIME_SCALE
+
+
 def test_shipped_topologies_load_and_have_one_link_rate() -> None:
     single = load_topology(REPO / "bmv2_topos" / "single_switch.json")
     assert len(single.hosts) == 8 and len(single.switches) == 1
