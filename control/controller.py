@@ -873,13 +873,7 @@ class Controller(EventHandler):
             self._lost_primary(session, "arbitration")
             return False
         try:
-            cookie = session.artifacts.cookie
-            if client.pipeline_cookie() != cookie:
-                client.set_pipeline(
-                    session.artifacts.p4info, session.artifacts.device_config, cookie=cookie
-                )
-                session.provisions += 1
-                log.info("%s: pipeline pushed", spec.name)
+            self._push_pipeline(session, client)
             self._read_back(session)
             session.state = "ready"
             session.error = None
@@ -894,6 +888,41 @@ class Controller(EventHandler):
             log.warning("%s: provisioning failed: %s", spec.name, error)
             return False
         return session.state == "ready"
+
+    def _push_pipeline(self, session: SwitchSession, client: P4RuntimeClient) -> None:
+        """Make the switch run our pipeline, keeping its table state where it can.
+
+        Same cookie: nothing to do. No pipeline: VERIFY_AND_COMMIT. Another cookie (a
+        different program, or ours built elsewhere, e.g. from another path spelling):
+        RECONCILE_AND_COMMIT, which keeps the entries, so a restarted controller never
+        wipes a running switch; a target that cannot reconcile gets VERIFY_AND_COMMIT
+        and the tables are written again after the read-back."""
+        artifacts = session.artifacts
+        installed = client.pipeline_cookie()
+        if installed == artifacts.cookie:
+            return
+        actions = p4runtime_pb2.SetForwardingPipelineConfigRequest
+        if installed is not None:
+            try:
+                client.set_pipeline(
+                    artifacts.p4info,
+                    artifacts.device_config,
+                    cookie=artifacts.cookie,
+                    action=actions.RECONCILE_AND_COMMIT,
+                )
+            except NotPrimaryError:
+                raise
+            except P4RuntimeError as error:
+                log.info(
+                    "%s: cannot reconcile (%s); replacing the pipeline", session.spec.name, error
+                )
+            else:
+                session.provisions += 1
+                log.info("%s: pipeline reconciled, forwarding state kept", session.spec.name)
+                return
+        client.set_pipeline(artifacts.p4info, artifacts.device_config, cookie=artifacts.cookie)
+        session.provisions += 1
+        log.info("%s: pipeline pushed", session.spec.name)
 
     def _read_back(self, session: SwitchSession) -> None:
         """Replace what we believe is installed by what the switch says it holds."""

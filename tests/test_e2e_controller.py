@@ -5,10 +5,11 @@ change reorders the classes while packets flow, and none meets a missing entry."
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -114,15 +115,20 @@ def _plan(experiment_id: int, sizes: list[int]) -> dict[str, Any]:
     }
 
 
-def _start(net: Network, experiment_id: int, sizes: list[int]) -> list[int]:
+def _start(net: Network | Controller, experiment_id: int, sizes: list[int]) -> list[int]:
     """Release an experiment, start all its trials' first coflows; returns coflow ids."""
-    net.event("experiment_released", experiment=_plan(experiment_id, sizes))
-    net.event("stage_released", experiment_id=experiment_id, stage_id=0)
+    controller = net.controller if isinstance(net, Network) else net
+
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        return controller.handle_event({"type": kind, **fields})
+
+    event("experiment_released", experiment=_plan(experiment_id, sizes))
+    event("stage_released", experiment_id=experiment_id, stage_id=0)
     ids = []
     for trial in range(len(sizes)):
         key = {"experiment_id": experiment_id, "stage_id": 0, "trial_id": trial}
-        net.event("trial_started", **key)
-        ids.append(net.event("coflow_started", **key, iteration=0)["coflow_id"])
+        event("trial_started", **key)
+        ids.append(event("coflow_started", **key, iteration=0)["coflow_id"])
     return ids
 
 
@@ -375,3 +381,43 @@ def test_a_reused_experiment_id_is_ranked_by_its_new_plan(net: Network) -> None:
         (s["experiment_id"], s["stage_id"]): s["class"] for s in net.controller.status()["stages"]
     }
     assert stages == {(1, 0): 7, (2, 0): 6}
+
+
+def test_restarted_controller_with_another_build_of_the_pipeline_keeps_the_switch_state(
+    net: Network, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same program compiled from another path spelling has another device config
+    (and cookie): the new controller reconciles instead of wiping the tables."""
+    net.controller.stop()
+    journal = tmp_path / "events.jsonl"
+    first = Controller(
+        replace(net.controller.config, journal_path=journal), SmallestFirst(), one_class_per_rank
+    )
+    first.start()
+    ids = _start(first, 1, [100, 900])
+    first.stop()
+    other_build = embedded_artifacts(Path(os.path.relpath(P4_SOURCE)))
+    assert other_build.cookie != first.config.artifacts["embedded"].cookie
+    writes: list[int] = []
+    original = P4RuntimeClient.write
+
+    def counting(client: P4RuntimeClient, updates: Any, *args: Any) -> None:
+        writes.append(len(updates))
+        original(client, updates, *args)
+
+    monkeypatch.setattr(P4RuntimeClient, "write", counting)
+    second = Controller(
+        replace(first.config, artifacts={"embedded": other_build}),
+        SmallestFirst(),
+        one_class_per_rank,
+    )
+    try:
+        second.start()
+        assert second.sessions["s1"].state == "ready"
+        assert second.sessions["s1"].provisions == 1  # reconciled, not replaced
+        assert writes == []
+        net.switch.send(1, packet(1, 0, ids[0]))
+        net.switch.send(1, packet(1, 0, ids[1]))
+        assert [class_of(f) for f in departures(net.switch, 2)] == [7, 6]
+    finally:
+        second.stop()
