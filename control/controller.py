@@ -604,6 +604,12 @@ class Controller(EventHandler):
                 self.layout = resolve_layout(config.layout, names)
             except P4NameError as error:
                 raise UserError(f"switch {spec.name}: the pipeline does not fit: {error}") from None
+            class_bits = names.action(self.layout.stage_action).param(self.layout.class_param)
+            if not 1 <= config.queues <= 2**class_bits.bitwidth:
+                raise UserError(
+                    f"{config.queues} classes do not fit the pipeline's "
+                    f"{class_bits.bitwidth}-bit class parameter"
+                )
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
         self._class_entries = ClassEntries(self.layout)

@@ -22,6 +22,7 @@ from p4.v1 import p4runtime_pb2
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
 from control.entries import EntryMap, from_table_entry
+from control.errors import UserError
 from control.events import EventError
 from control.model import CoflowKey
 from control.p4runtime_client import P4Names, P4RuntimeClient
@@ -651,3 +652,8 @@ def test_events_arriving_during_a_reschedule_are_applied_and_group_committed(
     assert sorted(r["folded"] for r in replies.values()) == [False, False, True, True, True]
     assert _class_entries(rig.read_entries()) == {("stage_class", (e, 0)): 7 - e for e in range(5)}
     assert controller.sessions["s1"].installed == rig.read_entries()
+
+
+def test_more_classes_than_the_pipeline_holds_is_refused(rig: Rig) -> None:
+    with pytest.raises(UserError, match="9 classes do not fit the pipeline's 3-bit class"):
+        rig.controller(queues=9)
