@@ -60,12 +60,18 @@ def run_p4c(source: Path, out_dir: Path, ours: p4info_pb2.P4Info) -> list[str]:
     p4c_info = out_dir / f"{source.stem}.p4c.p4info.txtpb"
     command = [p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
                "--p4runtime-files", str(p4c_info), str(source)]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as error:
+        raise UserError(f"cannot run {p4c}: {error.strerror or error}") from None
     if completed.returncode != 0:
         first = (completed.stderr.strip().splitlines() or ["(no output)"])[0]
         raise UserError(f"p4c failed on {source}: {first}")
     theirs = p4info_pb2.P4Info()
-    text_format.Parse(p4c_info.read_text(), theirs)
+    try:
+        text_format.Parse(p4c_info.read_text(), theirs)
+    except (OSError, text_format.ParseError) as error:
+        return [f"could not read p4c's P4Info {p4c_info}: {error}"]
     mismatched = sorted(
         name
         for name, number in ids_by_name(ours).items()
@@ -83,8 +89,11 @@ def compile_command(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     program = compile_file(source)
     stem = source.stem
-    write_atomically(out_dir / f"{stem}.p4info.txtpb", p4info_text(program))
-    write_atomically(out_dir / f"{stem}.softswitch.json", program.device_config())
+    try:
+        write_atomically(out_dir / f"{stem}.p4info.txtpb", p4info_text(program))
+        write_atomically(out_dir / f"{stem}.softswitch.json", program.device_config())
+    except OSError as error:
+        raise UserError(f"cannot write to {out_dir}: {error.strerror or error}") from None
     print(f"wrote {out_dir / (stem + '.p4info.txtpb')} and {out_dir / (stem + '.softswitch.json')}")
     if not args.no_p4c:
         for warning in run_p4c(source, out_dir, program.p4info):
