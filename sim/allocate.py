@@ -104,30 +104,36 @@ def priority_maxmin(
     sorted_classes = flow_class[order]
     starts = np.flatnonzero(np.r_[True, sorted_classes[1:] != sorted_classes[:-1]])
     ends = np.r_[starts[1:], len(order)]
-    src_sorted = src[order].tolist()
-    dst_sorted = dst[order].tolist()
-    closed = set(np.flatnonzero(residual <= saturated_below).tolist())
-    num_ports = len(residual)
+    src_sorted = src[order]
+    dst_sorted = dst[order]
+    is_open = residual > saturated_below
+    open_count = int(is_open.sum())
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        if len(closed) == num_ports:
+        if open_count == 0:
             break
-        s = src_sorted[start:end]
-        d = dst_sorted[start:end]
-        movable = [i for i in range(end - start) if s[i] not in closed and d[i] not in closed]
-        if not movable:
-            continue
         members = order[start:end]
-        if len(movable) < SMALL_CLASS_FLOWS:
+        if end - start < SMALL_CLASS_FLOWS:
+            s = src_sorted[start:end].tolist()
+            d = dst_sorted[start:end].tolist()
+            movable = [i for i in range(end - start) if is_open[s[i]] and is_open[d[i]]]
+            if not movable:
+                continue
             class_rates = _waterfill_small(
                 [s[i] for i in movable], [d[i] for i in movable], residual, saturated_below
             )
             rates[members[movable]] = class_rates
-            touched = {s[i] for i in movable} | {d[i] for i in movable}
-            closed.update(p for p in touched if residual[p] <= saturated_below[p])
+            for port in {s[i] for i in movable} | {d[i] for i in movable}:
+                if is_open[port] and residual[port] <= saturated_below[port]:
+                    is_open[port] = False
+                    open_count -= 1
         else:
-            chosen = members[movable]
+            movable_mask = is_open[src_sorted[start:end]] & is_open[dst_sorted[start:end]]
+            if not movable_mask.any():
+                continue
+            chosen = members[movable_mask]
             rates[chosen] = waterfill(src[chosen], dst[chosen], residual, saturated_below)
-            closed = set(np.flatnonzero(residual <= saturated_below).tolist())
+            is_open = residual > saturated_below
+            open_count = int(is_open.sum())
     return rates
 
 

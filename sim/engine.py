@@ -276,7 +276,8 @@ class Simulation:
     # -- scheduling --
 
     def _active_uids(self) -> np.ndarray:
-        return np.fromiter(sorted(self._coflows), dtype=np.int64, count=len(self._coflows))
+        # uids grow with release order and dicts keep insertion order: already sorted.
+        return np.fromiter(self._coflows, dtype=np.int64, count=len(self._coflows))
 
     def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
         ports = self.num_ports
@@ -358,18 +359,18 @@ class Simulation:
         if len(owner) == 0:
             self._rates = np.zeros(0)
             return
-        class_of = np.vectorize(self._coflow_class.__getitem__, otypes=[np.int64])
-        rank_of = np.vectorize(self._coflow_rank.__getitem__, otypes=[np.int64])
-        uids = np.unique(owner)
-        flow_class = class_of(uids)[np.searchsorted(uids, owner)]
+        uids = self._active_uids()
+        rows = np.searchsorted(uids, owner)
+        uid_list = uids.tolist()
+        coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
+        ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
+        flow_class = coflow_classes[rows]
         if self.allocator == "priority":
             self._rates = priority_maxmin(self._src, self._dst, flow_class, self.capacity)
             return
-        ranks = rank_of(uids)
-        flow_rank = ranks[np.searchsorted(uids, owner)]
+        flow_rank = ranks[rows]
         if self.allocator == "madd":
-            rows = np.searchsorted(uids, owner)
-            coflow_order = np.lexsort((ranks, -class_of(uids)))
+            coflow_order = np.lexsort((ranks, -coflow_classes))
             self._rates = madd(
                 self._src,
                 self._dst,

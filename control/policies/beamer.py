@@ -33,9 +33,12 @@ class BeamerPolicy(BasePolicy):
 
     name: ClassVar[str] = "beamer"
 
-    def __init__(self, future_stages: bool = True, ordering: Ordering = "bssi") -> None:
+    def __init__(
+        self, future_stages: bool = True, ordering: Ordering = "bssi", split_trials: bool = False
+    ) -> None:
         self.future_stages = future_stages
         self.ordering = ordering
+        self.split_trials = split_trials
         self._per_iteration: dict[tuple[int, int, int], np.ndarray] = {}
         self._future: dict[tuple[int, int], np.ndarray] = {}
 
@@ -135,13 +138,16 @@ class BeamerPolicy(BasePolicy):
             capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
             bottleneck_s = (demand / capacity).max(axis=1) / np.asarray(weights)
             order = [int(i) for i in np.lexsort((np.arange(len(units)), bottleneck_s))]
-        groups = []
+        groups: list[tuple[CoflowKey, ...]] = []
         for index in order:
             by_trial = trial_bytes[index]
             critical_first = sorted(
                 members[units[index]], key=lambda c: (-by_trial[c.key.trial_id], c.key)
             )
-            groups.append(tuple(c.key for c in critical_first))
+            if self.split_trials:
+                groups.extend((c.key,) for c in critical_first)
+            else:
+                groups.append(tuple(c.key for c in critical_first))
         return Ranking(tuple(groups))
 
 

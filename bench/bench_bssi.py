@@ -1,0 +1,66 @@
+"""BSSI ordering time: 1,000 stages × 300 ports (goal: under 100 ms), against a plain-Python
+reference of the same algorithm measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from bench.common import emit, median_seconds
+from control.policies.bssi import bssi_order
+
+
+def reference_order(demand: list[list[float]]) -> list[int]:
+    """Textbook BSSI in plain Python (recomputes port loads every step)."""
+    alive = [i for i, row in enumerate(demand) if any(row)]
+    weights = [1.0] * len(demand)
+    reverse = []
+    while alive:
+        loads = [sum(demand[i][p] for i in alive) for p in range(len(demand[0]))]
+        b = max(range(len(loads)), key=lambda p: (loads[p], -p))
+        users = [i for i in alive if demand[i][b] > 0]
+        last = min(users, key=lambda i: (weights[i] / demand[i][b], -i))
+        scale = weights[last] / demand[last][b]
+        for i in users:
+            weights[i] -= scale * demand[i][b]
+        alive.remove(last)
+        reverse.append(last)
+    return [i for i, row in enumerate(demand) if not any(row)] + reverse[::-1]
+
+
+def workload(stages: int, ports: int, seed: int = 1) -> np.ndarray:
+    """Each stage touches about 5 % of the ports with exponential byte counts."""
+    rng = np.random.default_rng(seed)
+    touched = rng.random((stages, ports)) < 0.05
+    return rng.exponential(1e8, size=(stages, ports)) * touched
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    stages, ports = (200, 60) if args.quick else (1000, 300)
+    demand = workload(stages, ports)
+    repeats = 3 if args.quick else 7
+    numpy_s = median_seconds(lambda: bssi_order(demand), repeats)
+    small = workload(200, 60, seed=2)
+    small_list = small.tolist()
+    assert bssi_order(small) == reference_order(small_list)
+    reference_s = median_seconds(lambda: reference_order(small_list), 3)
+    numpy_small_s = median_seconds(lambda: bssi_order(small), repeats)
+    emit(
+        {
+            "stages": stages,
+            "ports": ports,
+            "bssi_ms": numpy_s * 1e3,
+            "goal_ms": 100.0,
+            "reference_200x60_ms": reference_s * 1e3,
+            "numpy_200x60_ms": numpy_small_s * 1e3,
+            "speedup_vs_reference_200x60": reference_s / numpy_small_s,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""``beamer simulate``: tables, JSON, output files, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from control.cli import main
+from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads import json_format
+
+UNIT = 125_000_000
+
+
+def small_workload(path: Path) -> Path:
+    """The chain example of test_sim_examples: Beamer 9 s of total SCT, Sincronia 10 s."""
+
+    def stage(stage_id: int, units: int) -> Stage:
+        return Stage(stage_id, (TrialStage(0, 1, 0.0, (Flow(0, 1, units * UNIT),)),))
+
+    a = Experiment(0, 0.0, (stage(0, 1), stage(1, 4)))
+    b = Experiment(1, 0.0, (stage(0, 2),))
+    json_format.write(Workload(2, 1e9, (a, b)), path)
+    return path
+
+
+def test_json_output_has_every_metric_per_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    status = main(
+        ["simulate", "--workload", str(workload), "--policies", "beamer,sincronia,fair", "--json"]
+    )
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"beamer", "sincronia", "fair"}
+    assert result["beamer"]["avg_sct_s"] == pytest.approx(3.0)
+    assert result["sincronia"]["avg_sct_s"] == pytest.approx(10 / 3)
+    assert result["sincronia"]["avg_sct_rel"] == pytest.approx(10 / 9)
+    assert result["beamer"]["avg_experiment_s"] == pytest.approx((7 + 2) / 2)
+    # Alone, A0 takes 1 s, A1 4 s, B 2 s: Beamer's slowdowns are 3, 1, 1.
+    assert result["beamer"]["avg_slowdown"] == pytest.approx(5 / 3)
+    for metric in ("p50_sct_s", "p95_sct_s", "p99_sct_s", "avg_cct_s"):
+        assert metric in result["fair"]
+
+
+def test_table_and_files_for_two_queue_modes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    out = tmp_path / "out"
+    status = main(
+        [
+            "simulate",
+            "--workload",
+            str(workload),
+            "--policies",
+            "beamer,aalo",
+            "--queues",
+            "ideal,2",
+            "--seeds",
+            "1,2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert status == 0
+    text = capsys.readouterr().out
+    assert "queues: ideal" in text and "queues: 2q" in text
+    assert "aalo 2q" in text
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "avg_sct_vs_beamer_2q.png",
+        "avg_sct_vs_beamer_ideal.png",
+        "sct_cdf_2q.png",
+        "sct_cdf_ideal.png",
+        "stages.csv",
+        "summary.csv",
+    ]
+    assert (out / "sct_cdf_ideal.png").read_bytes().startswith(b"\x89PNG")
+    rows = (out / "stages.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 2 * 3  # header + seeds × modes × policies × stages
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policies", "beamer,srpt"], "unknown policy 'srpt'"),
+        (["--queues", "ideal,x"], "--queues: 'x'"),
+        (["--queues", "0"], "outside 1..64"),
+        (["--seeds", "1,a"], "--seeds"),
+        (["--load", "-1"], "--load"),
+        (["--workload", "no-such-file.json"], "no-such-file.json: no such file"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    status = main(["simulate", "--workload", str(workload), *argv])
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_malformed_trace_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "bad.txt"
+    trace.write_text("4 2\n1 0 1 0 1 1:2.0\n2 5 1 0 1 9:1.0\n")
+    status = main(["simulate", "--workload", str(trace), "--policies", "fair"])
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.txt:3" in err
+    assert len(err.splitlines()) == 1
