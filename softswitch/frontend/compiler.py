@@ -14,12 +14,15 @@ width in bits), a header an object with a ``_v`` validity flag.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from softswitch.frontend import ast
+from softswitch.frontend.codecs import class_name, emit_header_codec, emit_type_classes, zero_code
+from softswitch.frontend.emitter import Emitter, field_attr
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.field_lists import bit_string_code, csum16_code
 from softswitch.frontend.types import (
     Bits,
     Bool,
@@ -125,34 +128,9 @@ class LoweredProgram:
     metadata_class: str = ""
 
 
-def _py(name: str) -> str:
-    return "f_" + name
-
-
 def action_id_global(action_name: str) -> str:
     """Name of the generated code's global holding an action's P4Info id."""
     return "AID_" + action_name.replace(".", "__")
-
-
-class Emitter:
-    """Indented Python source lines."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 0
-
-    def __call__(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
-
-    def indent(self) -> Emitter:
-        self.depth += 1
-        return self
-
-    def dedent(self) -> None:
-        self.depth -= 1
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 @dataclass
@@ -201,7 +179,6 @@ class ControlContext:
     in_action: bool = False
     uses_exit: bool = False
     applied: set[str] = field(default_factory=set)
-    sm_code: str = "_sm"
 
 
 class Compiler:
@@ -224,7 +201,6 @@ class Compiler:
         self.lowered = LoweredProgram("")
         self.const_env: dict[str, Any] = {}
         self.counter = itertools.count()
-        self.header_types_emitted: set[str] = set()
         self.ctx: ControlContext | None = None
 
     # ================================================================== entry point
@@ -450,206 +426,11 @@ class Compiler:
     # ================================================================== prelude: type classes
 
     def emit_prelude(self) -> None:
-        out = self.out
+        emit_type_classes(self.out, list(self.types.values()), self.type_locs)
         for t in self.types.values():
-            if isinstance(t, HeaderT | StructT) and t.name not in self.header_types_emitted:
-                self.emit_type_class(t)
-        for t in self.types.values():
-            if isinstance(t, HeaderT) and t.name in self.header_types_emitted:
-                self.emit_header_codec(t)
-        out("")
-
-    def class_name(self, t: HeaderT | StructT) -> str:
-        return ("H_" if isinstance(t, HeaderT) else "S_") + t.name
-
-    def emit_type_class(self, t: HeaderT | StructT) -> None:
-        """A class per header/struct type.
-
-        Scalar fields are class attributes holding zero, so a new instance
-        costs one empty dict rather than one store per field; only nested
-        headers/structs are created in ``__init__``.
-        """
-        self.header_types_emitted.add(t.name)
-        out = self.out
-        defaults: list[str] = []
-        nested: list[tuple[str, str]] = []
-        if isinstance(t, HeaderT):
-            defaults.append("_v = False")
-        for name, ft in t.fields:
-            if isinstance(ft, HeaderT | StructT):
-                if ft.name not in self.header_types_emitted:
-                    raise CompileError(
-                        self.type_locs.get(t.name), f"{t.name} uses {ft.name} before it is declared"
-                    )
-                nested.append((_py(name), self.class_name(ft)))
-            else:
-                defaults.append(f"{_py(name)} = {self.zero(ft)}")
-            if isinstance(ft, Varbit):
-                defaults.append(f"w_{name} = 0")
-        cls = self.class_name(t)
-        out(f"class {cls}:")
-        out.indent()
-        for line in defaults:
-            out(line)
-        if nested:
-            out("def __init__(self):")
-            out.indent()
-            for attr, nested_cls in nested:
-                out(f"self.{attr} = {nested_cls}()")
-            out.dedent()
-        out("def copy(self):")
-        out.indent()
-        out(f"c = {cls}.__new__({cls})")
-        out("c.__dict__.update(self.__dict__)")
-        for attr, _ in nested:
-            out(f"c.{attr} = self.{attr}.copy()")
-        out("return c")
-        out.dedent()
-        if not defaults and not nested:
-            out("pass")
-        out.dedent()
-
-    def zero(self, t: P4Type) -> str:
-        if isinstance(t, Bool):
-            return "False"
-        return "0"
-
-    def emit_fixed_header_codec(self, t: HeaderT, too_short: int) -> None:
-        """Extract/emit through one precompiled ``struct.Struct``.
-
-        Fields are grouped into byte-aligned chunks; each chunk is read as
-        1/2/4/8-byte big-endian words, so field splitting works on small ints.
-        """
-        out = self.out
-        chunks: list[list[tuple[str, int]]] = []
-        current: list[tuple[str, int]] = []
-        bits = 0
-        for name, ft in t.fields:
-            assert isinstance(ft, Bits)
-            current.append((name, ft.width))
-            bits += ft.width
-            if bits % 8 == 0:
-                chunks.append(current)
-                current, bits = [], 0
-        formats: list[str] = []
-        # Per chunk: its word sizes in bytes (big-endian, most significant first).
-        chunk_words: list[list[int]] = []
-        for chunk in chunks:
-            remaining = sum(w for _, w in chunk) // 8
-            words: list[int] = []
-            for size in (8, 4, 2, 1):
-                while remaining >= size:
-                    words.append(size)
-                    remaining -= size
-            chunk_words.append(words)
-            formats.extend({8: "Q", 4: "I", 2: "H", 1: "B"}[size] for size in words)
-        struct_name = f"_ST_{t.name}"
-        out(f"{struct_name} = _Struct('!{''.join(formats)}')")
-        out(f"def x_{t.name}(h, pkt, off, plen):")
-        out.indent()
-        out(f"end = off + {t.fixed_bits // 8}")
-        out(f"if end > plen: raise _Reject({too_short})")
-        names = [f"c{i}" for i in range(len(formats))]
-        targets = ", ".join(names) + ("," if len(names) == 1 else "")
-        out(f"{targets} = {struct_name}.unpack_from(pkt, off)")
-        index = 0
-        for chunk, words in zip(chunks, chunk_words, strict=True):
-            parts = names[index : index + len(words)]
-            index += len(words)
-            value = parts[0]
-            if len(parts) > 1:
-                terms = []
-                shift = sum(words) * 8
-                for part, size in zip(parts, words, strict=True):
-                    shift -= size * 8
-                    terms.append(f"({part} << {shift})" if shift else part)
-                out(f"v = {' | '.join(terms)}")
-                value = "v"
-            shift = sum(w for _, w in chunk)
-            for name, width in chunk:
-                shift -= width
-                expr = f"{value} >> {shift}" if shift else value
-                if shift + width < sum(w for _, w in chunk):
-                    expr = f"({expr}) & {(1 << width) - 1}"
-                out(f"h.{_py(name)} = {expr}")
-        out("h._v = True")
-        out("return end")
-        out.dedent()
-        out(f"def e_{t.name}(h):")
-        out.indent()
-        args: list[str] = []
-        for number, (chunk, words) in enumerate(zip(chunks, chunk_words, strict=True)):
-            shift = sum(w for _, w in chunk)
-            terms = []
-            for name, width in chunk:
-                shift -= width
-                terms.append(f"(h.{_py(name)} << {shift})" if shift else f"h.{_py(name)}")
-            if len(words) == 1:
-                args.append(" | ".join(terms))
-                continue
-            out(f"v{number} = {' | '.join(terms)}")
-            shift = sum(words) * 8
-            for size in words:
-                shift -= size * 8
-                word = f"v{number} >> {shift}" if shift else f"v{number}"
-                args.append(f"({word}) & {(1 << (size * 8)) - 1}")
-        out(f"return {struct_name}.pack({', '.join(args)})")
-        out.dedent()
-
-    def emit_header_codec(self, t: HeaderT) -> None:
-        """``x_T(h, pkt, off, plen[, nbits]) -> new off`` and ``e_T(h) -> bytes``."""
-        out = self.out
-        varbit = t.varbit_field
-        fixed = t.fixed_bits
-        nbytes = fixed // 8
-        too_short = self.errors["PacketTooShort"]
-        if varbit is None:
-            self.emit_fixed_header_codec(t, too_short)
-            return
-        vname, vtype = varbit
-        bad_arg = self.errors["ParserInvalidArgument"]
-        header_too_short = self.errors["HeaderTooShort"]
-        out(f"def x_{t.name}(h, pkt, off, plen, nbits):")
-        out.indent()
-        out(f"if nbits > {vtype.max_width}: raise _Reject({header_too_short})")
-        out(f"if nbits < 0 or nbits % 8: raise _Reject({bad_arg})")
-        out(f"end = off + {nbytes} + nbits // 8")
-        out(f"if end > plen: raise _Reject({too_short})")
-        out("v = int.from_bytes(pkt[off:end], 'big')")
-        # Shifts are measured from the end; fields before the varbit move by nbits.
-        after = 0
-        seen_varbit = False
-        shifts: dict[str, str] = {}
-        for name, ft in reversed(t.fields):
-            if isinstance(ft, Varbit):
-                shifts[name] = str(after)
-                seen_varbit = True
-                continue
-            assert isinstance(ft, Bits)
-            shifts[name] = f"{after} + nbits" if seen_varbit else str(after)
-            after += ft.width
-        for name, ft in t.fields:
-            if isinstance(ft, Varbit):
-                out(f"h.{_py(name)} = (v >> {shifts[name]}) & ((1 << nbits) - 1)")
-                out(f"h.w_{name} = nbits")
-            else:
-                assert isinstance(ft, Bits)
-                out(f"h.{_py(name)} = (v >> ({shifts[name]})) & {(1 << ft.width) - 1}")
-        out("h._v = True")
-        out("return end")
-        out.dedent()
-        out(f"def e_{t.name}(h):")
-        out.indent()
-        out(f"nbits = h.w_{vname}")
-        out("v = 0")
-        for name, ft in t.fields:
-            if isinstance(ft, Varbit):
-                out(f"v = (v << nbits) | h.{_py(name)}")
-            else:
-                assert isinstance(ft, Bits)
-                out(f"v = (v << {ft.width}) | h.{_py(name)}")
-        out(f"return v.to_bytes({nbytes} + nbits // 8, 'big')")
-        out.dedent()
+            if isinstance(t, HeaderT):
+                emit_header_codec(self.out, t, self.errors)
+        self.out("")
 
     # ================================================================== parsers
 
@@ -680,8 +461,8 @@ class Compiler:
         headers_t = self.resolve_type(p[1].type)
         meta_t = self.resolve_type(p[2].type)
         assert isinstance(headers_t, StructT) and isinstance(meta_t, StructT)
-        self.lowered.headers_class = self.class_name(headers_t)
-        self.lowered.metadata_class = self.class_name(meta_t)
+        self.lowered.headers_class = class_name(headers_t)
+        self.lowered.metadata_class = class_name(meta_t)
         scope.names[p[0].name] = VarEntry("_packet", ExternT("packet_in"))
         self.ctx = ControlContext(decl.name, "parser", decl.params, codes)
         states = {s.name: s for s in decl.states}
@@ -1293,7 +1074,7 @@ class Compiler:
         out = self.out
         out(f"def t_{info.pyname}({sig}):")
         out.indent()
-        sm = self.sm_code(scope)
+        sm = "_sm"  # the hidden standard_metadata every generated block receives
         if info.keys:
             codes: list[str] = []
             for key in decl.keys or []:
@@ -1362,9 +1143,6 @@ class Compiler:
         self.lower_block(info.decl.body, action_scope)
         self.ctx.in_action = False
 
-    def sm_code(self, scope: Scope) -> str | None:
-        return "_sm"
-
     # ================================================================== statements
 
     def lower_local(
@@ -1404,9 +1182,9 @@ class Compiler:
             value = self.convert(self.lower_expr(decl.init, scope, expected=t), t, decl.init.loc)
             self.out(f"{code} = {self.copy_code(value)}")
         elif isinstance(t, HeaderT | StructT):
-            self.out(f"{code} = {self.class_name(t)}()")
+            self.out(f"{code} = {class_name(t)}()")
         else:
-            self.out(f"{code} = {self.zero(t)}")
+            self.out(f"{code} = {zero_code(t)}")
         scope.names[decl.name] = VarEntry(code, t, writable=not decl.is_const)
 
     def copy_code(self, value: Val) -> str:
@@ -1664,7 +1442,7 @@ class Compiler:
                     expr.member_loc or expr.loc, f"{kind} {t.name} has no field {expr.member}"
                 )
             return Val(
-                f"{base.code}.{_py(expr.member)}",
+                f"{base.code}.{field_attr(expr.member)}",
                 ft,
                 lvalue=base.lvalue,
                 writable=base.writable,
@@ -1976,7 +1754,7 @@ class Compiler:
             t = self.resolve_type(call.type_args[0])
             if isinstance(t, HeaderT) and t.varbit_field is None:
                 # A header value read without moving the cursor (e.g. lookahead<h_t>().field).
-                return Val(f"_peek(x_{t.name}, {self.class_name(t)}(), _pkt, _off, _plen)", t)
+                return Val(f"_peek(x_{t.name}, {class_name(t)}(), _pkt, _off, _plen)", t)
             if not isinstance(t, Bits):
                 raise CompileError(
                     call.loc, "lookahead<T> supports bit<W> and fixed-size header types"
@@ -2001,7 +1779,7 @@ class Compiler:
                     raise CompileError(
                         loc, f"emit of struct {value.type.name}: field {name} is not a header"
                     )
-                parts.append(self.emit_code(Val(f"{value.code}.{_py(name)}", ft), loc))
+                parts.append(self.emit_code(Val(f"{value.code}.{field_attr(name)}", ft), loc))
             return "\n".join(parts) if parts else "pass"
         raise CompileError(loc, f"emit needs a header or a struct of headers, not {value.type}")
 
@@ -2025,105 +1803,6 @@ class Compiler:
                     f"checksum/hash data must be bit<W> or varbit fields, not {value.type}",
                 )
         return items
-
-    def csum16_data(self, expr: ast.Expr, scope: Scope) -> str:
-        """Code leaving in ``_s`` a number congruent to the data mod 0xFFFF, ``_n`` its bits.
-
-        The Internet checksum only needs the data modulo 0xFFFF, and
-        2**k = 2**(k % 16) mod 0xFFFF, so each field is added shifted by its
-        distance from the end of the data modulo 16: small-int additions
-        instead of one long bit string. Groups are visited from the last one
-        so that ``_n`` (bits after the group) is known when a group is added;
-        fields of invalid headers are skipped, as BMv2 does.
-        """
-        items = self.data_items(expr, scope)
-        lines = ["_s = 0; _n = 0"]
-        n_known: int | None = 0  # the value of _n when it is known at compile time
-        groups = [
-            (root, list(group)) for root, group in itertools.groupby(items, key=lambda s: s[0])
-        ]
-        for root, members in reversed(groups):
-            codes: list[str] = []
-            run: list[tuple[int, str]] = []
-            group_known = n_known
-            for _root, width, code in reversed(members):
-                if isinstance(width, int):
-                    run.insert(0, (width, code))
-                    continue
-                added = self.csum16_run(run, group_known, codes)
-                group_known = None if group_known is None else group_known + added
-                codes.append(f"_s += {code} << (_n & 15)")
-                codes.append(f"_n += {width}")
-                group_known = None
-                run = []
-            added = self.csum16_run(run, group_known, codes)
-            group_known = None if group_known is None else group_known + added
-            if root is None:
-                lines.extend(codes)
-                n_known = group_known
-            else:
-                lines.append(f"if {root}._v:")
-                lines.extend("    " + c for c in codes)
-                # After an optional group the bit count depends on validity.
-                n_known = n_known if group_known == n_known else None
-        return "\n".join(lines)
-
-    @staticmethod
-    def csum16_run(run: list[tuple[int, str]], n_known: int | None, codes: list[str]) -> int:
-        """Add a run of fixed-width fields that ends ``_n`` bits before the data end."""
-        if not run:
-            return 0
-        offset = 0
-        terms: list[str] = []
-        for width, code in reversed(run):
-            shift = offset % 16
-            terms.append(f"({code} << {shift})" if shift else code)
-            offset += width
-        total = " + ".join(reversed(terms))
-        if n_known is None:
-            codes.append(f"_s += ({total}) << (_n & 15)")
-        elif n_known % 16:
-            codes.append(f"_s += ({total}) << {n_known % 16}")
-        else:
-            codes.append(f"_s += {total}")
-        codes.append(f"_n += {offset}")
-        return offset
-
-    def data_list(self, expr: ast.Expr, scope: Scope) -> str:
-        """Code for ``_d`` (the data as one bit string) and ``_n`` (its bits)."""
-        items = self.data_items(expr, scope)
-        lines = ["_d = 0; _n = 0"]
-        for root, group in itertools.groupby(items, key=lambda s: s[0]):
-            members = list(group)
-            # One expression per run of fixed-width fields: (_d << total) | (a << ..) | b
-            codes: list[str] = []
-            run: list[tuple[int, str]] = []
-
-            def flush(run: list[tuple[int, str]] = run, codes: list[str] = codes) -> None:
-                if not run:
-                    return
-                total = sum(w for w, _ in run)
-                shift = total
-                terms = [f"(_d << {total})"]
-                for width, code in run:
-                    shift -= width
-                    terms.append(f"({code} << {shift})" if shift else code)
-                codes.append(f"_d = {' | '.join(terms)}; _n += {total}")
-                run.clear()
-
-            for _root, width, code in members:
-                if isinstance(width, int):
-                    run.append((width, code))
-                else:
-                    flush()
-                    codes.append(f"_d = (_d << {width}) | {code}; _n += {width}")
-            flush()
-            if root is None:
-                lines.extend(codes)
-            else:
-                lines.append(f"if {root}._v:")
-                lines.extend("    " + c for c in codes)
-        return "\n".join(lines)
 
     def lower_extern_function(
         self, decl: ast.ExternFunctionDecl, call: ast.Call, scope: Scope, statement: bool
@@ -2159,10 +1838,10 @@ class Compiler:
                 raise CompileError(call.args[2].loc, f"{name}: the checksum must be a bit<W> field")
             width = target.type.width
             if algo == "csum16":
-                data = self.csum16_data(call.args[1], scope)
+                data = csum16_code(self.data_items(call.args[1], scope))
                 compute = f"_csum16_finish(_s, _n) & {(1 << width) - 1}"
             else:
-                data = self.data_list(call.args[1], scope)
+                data = bit_string_code(self.data_items(call.args[1], scope))
                 compute = f"_hash_{algo}(_d, _n) & {(1 << width) - 1}"
             lines = [f"if {cond.code}:"]
             lines += ["    " + line for line in data.split("\n")]
@@ -2179,7 +1858,7 @@ class Compiler:
                 raise CompileError(call.args[0].loc, "hash needs a writable bit<W> result")
             algo = self.hash_algorithm(call.args[1])
             base = self.lower_expr(call.args[2], scope)
-            data = self.data_list(call.args[3], scope)
+            data = bit_string_code(self.data_items(call.args[3], scope))
             max_ = self.lower_expr(call.args[4], scope)
             mask = (1 << target.type.width) - 1
             lines = data.split("\n")
@@ -2214,10 +1893,3 @@ class Compiler:
 
 def lower(program: ast.Program) -> LoweredProgram:
     return Compiler(program).compile()
-
-
-def iter_tables(lowered: LoweredProgram) -> Iterator[TableInfo]:
-    return iter(lowered.tables)
-
-
-Factory = Callable[[], Any]
