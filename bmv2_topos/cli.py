@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -44,6 +45,13 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_TIME_SCALE,
         help="durations relative to the full-scale workload "
         f"(default {DEFAULT_TIME_SCALE:g}: a run takes 20-40 s)",
+    )
+    emulate.add_argument(
+        "--queue-depth",
+        type=int,
+        default=None,
+        metavar="PACKETS",
+        help="depth of each priority queue of the embedded switch (default 256)",
     )
     emulate.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
     emulate.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
@@ -88,6 +96,8 @@ def run_emulate(args: argparse.Namespace) -> int:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
     if not args.time_scale > 0:
         raise UserError(f"--time-scale: must be positive, got {args.time_scale}")
+    if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
+        raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
     if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
         raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     topology = load_topology(args.topo)
@@ -103,6 +113,8 @@ def run_emulate(args: argparse.Namespace) -> int:
         bmv2_json=args.bmv2_json,
         p4info=args.p4info,
     )
+    if args.queue_depth is not None:
+        options = dataclasses.replace(options, queue_depth_packets=args.queue_depth)
     report = run_emulations(options)
     if args.out is not None:
         for path in write_outputs(report, args.out):

@@ -36,7 +36,7 @@ from bmv2_topos.agent import (
     StageRecord,
     run_workload,
 )
-from bmv2_topos.launcher import EmulatedNetwork, TargetName
+from bmv2_topos.launcher import DEFAULT_QUEUE_DEPTH_PACKETS, EmulatedNetwork, TargetName
 from control.errors import UserError
 from control.model import Experiment, Stage, Workload
 from control.topology import Topology
@@ -217,6 +217,7 @@ class EmulationOptions:
     target: TargetName = "embedded"
     queues: int = 8
     time_scale: float = DEFAULT_TIME_SCALE
+    queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
     bmv2_json: Path | None = None
     p4info: Path | None = None
 
@@ -254,6 +255,7 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
         policy=policy,
         target=options.target,
         queues=options.queues,
+        queue_depth_packets=options.queue_depth_packets,
         bmv2_json=options.bmv2_json,
         p4info=options.p4info,
     ) as network:

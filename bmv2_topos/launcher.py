@@ -45,6 +45,7 @@ EVENTS_ADDR = "127.0.0.1:9100"
 """The controller's HTTP port, on the fabric namespace's loopback."""
 
 PR_SET_PDEATHSIG = 1
+DEFAULT_QUEUE_DEPTH_PACKETS = 256
 READY_TIMEOUT_S = 60.0
 
 
@@ -107,7 +108,10 @@ class EmulatedNetwork:
     target: TargetName = "embedded"
     queues: int = 8
     p4_source: Path = DEFAULT_P4
-    queue_depth_packets: int | None = None
+    queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
+    """Per priority queue. Deep enough that a starved low class waits in its queue
+    instead of losing packets and backing its TCP timers off: when the port frees
+    up, it resumes at once. ``None``: the switch's own default."""
     switch_niceness: int = -10
     """A software switch stands in for hardware that shares no CPU: when the
     machine is busy, the hosts should slow down, not the network."""
