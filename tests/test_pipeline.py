@@ -374,3 +374,12 @@ def test_header_codec_round_trips_odd_and_wide_fields() -> None:
         assert port == 2
         assert out == expected.to_bytes(total // 8, "big") + data[total // 8 :]
     assert pipeline.process(0, bytes(total // 8 - 1)) == [(2, 0, bytes(total // 8 - 1))]
+
+
+def test_packets_for_a_multicast_group_are_dropped_as_bmv2_drops_unknown_groups() -> None:
+    from softswitch.frontend import compile_source
+
+    source = CODEC_PROGRAM.replace("sm.egress_spec = 2;", "sm.mcast_grp = 1;")
+    pipeline = Pipeline(compile_source(source, "mcast.p4"))
+    assert pipeline.process(0, bytes(40)) == []
+    assert pipeline.unknown_multicast_drops == 1

@@ -48,6 +48,7 @@ class Pipeline:
         # Packets the generated code failed on (a target bug, never the packet's fault),
         # and the last such failure, for a bug report.
         self.internal_errors = 0
+        self.unknown_multicast_drops = 0
         self.last_internal_error = ""
         lowered = program.lowered
         if lowered.errors.get("PacketTooShort") != helpers._PACKET_TOO_SHORT:
@@ -104,6 +105,11 @@ class Pipeline:
             return []
         port = sm.f_egress_spec
         if port == DROP_PORT:
+            return []
+        if sm.f_mcast_grp:
+            # No multicast groups can be configured on this target; BMv2 drops
+            # packets sent to a group it does not know.
+            self.unknown_multicast_drops += 1
             return []
         return [
             Queued(port, sm.f_priority, len(packet), ingress_port, (hdr, meta, sm, packet, offset))
