@@ -1054,6 +1054,8 @@ class Controller(EventHandler):
                 "queues": self.config.queues,
                 "election_id": self.config.election_id,
                 "events_applied": self.events_applied,
+                "reschedules": self.reschedules,
+                "phase_ms": {name: round(v * 1e3, 3) for name, v in self.phase_s.items()},
                 "last_reaction_ms": (
                     round(self.last_reaction.seconds * 1e3, 3) if self.last_reaction else None
                 ),
