@@ -35,7 +35,8 @@ build: install
 
 # The main job: the default emulation (needs root for network namespaces).
 run: install
-	$(BEAMER) emulate --topo bmv2_topos/single_switch.json --policies beamer,fair --seeds 1,2,3
+	$(BEAMER) emulate --topo bmv2_topos/single_switch.json --policies beamer,fair --seeds 1,2,3 \
+		--out out/emulate
 
 simulate: install
 	$(BEAMER) simulate --workload hp-tuning --policies beamer,sincronia,varys,aalo,fifo-lm,fair \
