@@ -81,6 +81,8 @@ from control.topology import SwitchSpec, Topology
 
 log = logging.getLogger(__name__)
 
+CONNECT_TIMEOUT_S = 1.0
+"""How long one reconnection attempt waits for a switch's gRPC server."""
 DEFAULT_LINK_BPS = 1e9
 """Port capacity the policies see for links the topology leaves unshaped."""
 
@@ -850,6 +852,8 @@ class Controller(EventHandler):
             spec.device_id,
             self.config.election_id,
             timeout_s=self.config.rpc_timeout_s,
+            # A switch that is down should not hold the supervisor long per attempt.
+            connect_timeout_s=min(self.config.rpc_timeout_s, CONNECT_TIMEOUT_S),
             on_stream_lost=lambda _c: self._wake.set(),
             on_arbitration=lambda _c, _primary: self._wake.set(),
         )

@@ -302,6 +302,7 @@ class P4RuntimeClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_stream_lost: Callable[[P4RuntimeClient], None] | None = None,
         on_arbitration: Callable[[P4RuntimeClient, bool], None] | None = None,
+        connect_timeout_s: float | None = None,
     ) -> None:
         if election_id <= 0:
             raise ValueError("election id must be positive (0 is reserved by the spec)")
@@ -309,6 +310,7 @@ class P4RuntimeClient:
         self.device_id = device_id
         self.election_id = election_id
         self.timeout_s = timeout_s
+        self.connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
         self.on_stream_lost = on_stream_lost
         self.on_arbitration = on_arbitration
         self.is_primary = False
@@ -332,7 +334,7 @@ class P4RuntimeClient:
         """
         channel = grpc.insecure_channel(self.address)
         try:
-            grpc.channel_ready_future(channel).result(timeout=self.timeout_s)
+            grpc.channel_ready_future(channel).result(timeout=self.connect_timeout_s)
         except grpc.FutureTimeoutError:
             channel.close()
             raise ConnectionLostError(
