@@ -19,6 +19,7 @@ says so in its status and log.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
@@ -111,6 +112,8 @@ class _Experiment:
     stage_running: bool = False
     stage_release_s: float = 0.0
     trials: dict[int, _Trial] = field(default_factory=dict)
+    view: ExperimentState | None = None
+    """The policy's view, rebuilt only after an event changed the running stage."""
 
     @property
     def stage(self) -> int:
@@ -162,8 +165,14 @@ class ScheduleState:
         self.port_capacity_bps = tuple(port_capacity_bps)
         self.experiments: dict[int, _Experiment] = {}
         self.coflows: dict[CoflowKey, _Coflow] = {}
+        self._order: list[CoflowKey] = []
+        """The keys of ``coflows``, kept sorted (snapshots list coflows in key order)."""
 
     # -- helpers --
+
+    def _drop_coflow(self, key: CoflowKey) -> None:
+        if self.coflows.pop(key, None) is not None:
+            del self._order[bisect.bisect_left(self._order, key)]
 
     def _experiment(self, experiment_id: int) -> _Experiment:
         record = self.experiments.get(experiment_id)
@@ -246,6 +255,7 @@ class ScheduleState:
                 f"not {event.stage_id}"
             )
         record.stage_index = next_index
+        record.view = None
         record.stage_running = True
         record.stage_release_s = now_s
         record.trials = {t.trial_id: _Trial() for t in record.plan.stages[next_index].trials}
@@ -266,11 +276,12 @@ class ScheduleState:
             state = "has already stopped" if trial.stopped else "has not started"
             raise EventError(f"trial {event.trial_id} {state}")
         trial.stopped = True
+        record.view = None
         if trial.active_iteration is not None:
             key = CoflowKey(
                 event.experiment_id, event.stage_id, event.trial_id, trial.active_iteration
             )
-            self.coflows.pop(key, None)
+            self._drop_coflow(key)
             trial.active_iteration = None
         return {}
 
@@ -301,6 +312,7 @@ class ScheduleState:
             down = self.num_hosts + flow.dst_host
             by_port[down] = by_port.get(down, 0.0) + flow.size_bytes
         trial.active_iteration = event.iteration
+        bisect.insort(self._order, key)
         self.coflows[key] = _Coflow(
             key,
             now_s,
@@ -321,9 +333,10 @@ class ScheduleState:
                 + (f" (iteration {active} is active)" if active is not None else "")
             )
         key = CoflowKey(event.experiment_id, event.stage_id, event.trial_id, event.iteration)
-        del self.coflows[key]
+        self._drop_coflow(key)
         trial.active_iteration = None
         trial.iterations_done += 1
+        record.view = None
         return {}
 
     def _stage_completed(self, event: StageCompleted) -> dict[str, Any]:
@@ -346,7 +359,7 @@ class ScheduleState:
         self._experiment(event.experiment_id)
         del self.experiments[event.experiment_id]
         for key in [k for k in self.coflows if k.experiment_id == event.experiment_id]:
-            del self.coflows[key]
+            self._drop_coflow(key)
         return {}
 
     # -- views --
@@ -375,21 +388,25 @@ class ScheduleState:
                 coflow.view = None
 
     def snapshot(self, now_s: float) -> Snapshot:
-        coflows = [self.coflows[key].state() for key in sorted(self.coflows)]
+        coflows = [self.coflows[key].state() for key in self._order]
         experiments = {}
         for e_id, record in self.experiments.items():
             if record.stage_index < 0:
                 continue
-            done = {}
-            for plan in record.plan.stages[record.stage_index].trials:
-                trial = record.trials[plan.trial_id]
-                done[plan.trial_id] = plan.iterations if trial.stopped else trial.iterations_done
-            experiments[e_id] = ExperimentState(
-                experiment=record.plan,
-                stage_index=record.stage_index,
-                stage_release_s=record.stage_release_s,
-                iterations_done=done,
-            )
+            if record.view is None:
+                done = {}
+                for plan in record.plan.stages[record.stage_index].trials:
+                    trial = record.trials[plan.trial_id]
+                    done[plan.trial_id] = (
+                        plan.iterations if trial.stopped else trial.iterations_done
+                    )
+                record.view = ExperimentState(
+                    experiment=record.plan,
+                    stage_index=record.stage_index,
+                    stage_release_s=record.stage_release_s,
+                    iterations_done=done,
+                )
+            experiments[e_id] = record.view
         return Snapshot(
             now_s=now_s,
             num_hosts=self.num_hosts,
