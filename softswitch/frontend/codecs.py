@@ -130,8 +130,10 @@ def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
             for part, size in zip(parts, words, strict=True):
                 shift -= size * 8
                 terms.append(f"({part} << {shift})" if shift else part)
-            out(f"v = {' | '.join(terms)}")
-            value = "v"
+            value = f"({' | '.join(terms)})"
+            if len(chunk) > 1:
+                out(f"v = {value}")
+                value = "v"
         shift = sum(w for _, w in chunk)
         for name, width in chunk:
             shift -= width

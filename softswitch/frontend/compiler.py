@@ -1083,20 +1083,22 @@ class Compiler:
                     f"(1 if {value.code} else 0)" if isinstance(value.type, Bool) else value.code
                 )
             out(f"_e = {info.pyname}.lookup(({', '.join(codes)},))")
+            out("if _e is None:")
+            out.indent()
+            out(f"_c = {info.pyname}.default_action")
+            out("_hit = False")
+            out.dedent()
+            out("else:")
+            out.indent()
+            if info.direct_counter is not None:
+                out(f"_e.counter.add({sm}.f_packet_length)")
+            out("_c = _e.action")
+            out("_hit = True")
+            out.dedent()
         else:
-            out("_e = None")
-        out("if _e is None:")
-        out.indent()
-        out(f"_c = {info.pyname}.default_action")
-        out("_hit = False")
-        out.dedent()
-        out("else:")
-        out.indent()
-        if info.direct_counter is not None:
-            out(f"_e.counter.add({sm}.f_packet_length)")
-        out("_c = _e.action")
-        out("_hit = True")
-        out.dedent()
+            # A keyless table always runs its default action (a miss).
+            out(f"_c = {info.pyname}.default_action")
+            out("_hit = False")
         out("_aid = _c.action_id")
         # Actions without 'return' run inline (no call per packet); others are called.
         first = True
