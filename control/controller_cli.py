@@ -8,7 +8,6 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
@@ -143,6 +142,8 @@ def run_controller(args: argparse.Namespace) -> int:
         raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
     if args.election_id <= 0:
         raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    if not args.counter_interval > 0:
+        raise UserError(f"--counter-interval: {args.counter_interval} is not a positive number")
     topology = load_topology(args.topo)
     targets: set[Target] = {s.target or args.target for s in topology.switches}
     artifacts: dict[Target, PipelineArtifacts] = {}
@@ -241,16 +242,3 @@ def format_status(status: dict[str, Any]) -> str:
         lines += ["", f"entries on {switch['name']} ({len(switch['entries'])}):"]
         lines += [f"  {entry}" for entry in switch["entries"]]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry for debugging: ``python -m control.controller_cli controller ...``."""
-    parser = argparse.ArgumentParser(prog="beamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        status: int = args.func(args)
-    except UserError as error:
-        print(f"beamer: error: {error}", file=sys.stderr)
-        return error.exit_status
-    return status
