@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import socketserver
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -616,5 +617,5 @@ class EventClient:
 
 def default_socket_path() -> str:
     """Where ``beamer controller`` puts its Unix socket unless told otherwise."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return str(Path(runtime) / "beamer-controller.sock")
