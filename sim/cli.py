@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from control.errors import UserError
+from control.model import StageKey, Workload
 from control.policies import POLICIES, get_policy
 from control.quantize import STRATEGIES, Strategy
-from sim.engine import SimConfig, SimResult, simulate
+from sim.engine import SimConfig, simulate
 from sim.metrics import METRICS, isolated_sct, summarize
 from sim.report import plot_normalised, plot_sct_cdf, table, write_csv
 
@@ -47,6 +51,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="directory for CSV files and plots")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(os.cpu_count() or 1, 4),
+        help="runs in parallel worker processes (default: CPUs, at most 4)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -99,42 +109,38 @@ def mode_label(mode: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workloads.loader import load_workload
-
     seeds = parse_seeds(args)
     modes = parse_queues(args.queues)
     policies = parse_policies(args.policies)
     if args.load is not None and not (args.load > 0 and math.isfinite(args.load)):
         raise UserError(f"--load: must be a positive number, not {args.load}")
     strategy: Strategy = args.quantize
+    if args.jobs < 1:
+        raise UserError(f"--jobs: must be at least 1, not {args.jobs}")
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise UserError(f"{args.out}: cannot create: {error.strerror or error}") from None
 
+    # Load every seed's workload here first: bad input fails before any run starts.
+    for seed in seeds:
+        _prepared(args.workload, seed, args.load)
+    runs = [
+        RunSpec(args.workload, seed, args.load, mode, strategy, name)
+        for seed in seeds
+        for mode in modes
+        for name in policies
+    ]
+    outcomes = _run_all(runs, args.jobs)
     per_seed: dict[str, list[dict[str, float]]] = {}
     sct_values: dict[str, list[float]] = {}
     stage_rows: list[list[object]] = []
-    runs = [(seed, mode, name) for seed in seeds for mode in modes for name in policies]
-    bar = tqdm(
-        total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=None, leave=False
-    )
-    try:
-        for seed in seeds:
-            workload = load_workload(args.workload, seed=seed, load=args.load)
-            alone = isolated_sct(workload)
-            for mode in modes:
-                for name in policies:
-                    label = name if len(modes) == 1 else f"{name} {mode_label(mode)}"
-                    bar.set_postfix_str(f"seed {seed} {label}")
-                    result = simulate(workload, get_policy(name), SimConfig(mode, strategy))
-                    per_seed.setdefault(label, []).append(summarize(result, alone))
-                    sct_values.setdefault(label, []).extend(result.sct_s.values())
-                    stage_rows.extend(_stage_rows(result, label, seed, alone))
-                    bar.update()
-    finally:
-        bar.close()
+    for spec, (metrics, sct, rows) in zip(runs, outcomes, strict=True):
+        label = spec.policy if len(modes) == 1 else f"{spec.policy} {mode_label(spec.mode)}"
+        per_seed.setdefault(label, []).append(metrics)
+        sct_values.setdefault(label, []).extend(sct)
+        stage_rows.extend([label, *row] for row in rows)
 
     summary = _aggregate(per_seed, policies, modes)
     reference = "beamer" if "beamer" in policies else None
@@ -154,16 +160,43 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stage_rows(
-    result: SimResult, label: str, seed: int, alone: dict[Any, float]
-) -> list[list[object]]:
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One simulation: a policy on one seed's workload in one queue mode."""
+
+    workload: str
+    seed: int
+    load: float | None
+    mode: int | None
+    strategy: Strategy
+    policy: str
+
+
+RunOutcome = tuple[dict[str, float], list[float], list[list[object]]]
+
+_PREPARED: dict[tuple[str, int, float | None], tuple[Workload, dict[StageKey, float]]] = {}
+
+
+def _prepared(spec: str, seed: int, load: float | None) -> tuple[Workload, dict[StageKey, float]]:
+    """The workload of one seed and its stages' isolated SCTs, cached per process."""
+    key = (spec, seed, load)
+    if key not in _PREPARED:
+        from workloads.loader import load_workload
+
+        workload = load_workload(spec, seed=seed, load=load)
+        _PREPARED[key] = (workload, isolated_sct(workload))
+    return _PREPARED[key]
+
+
+def _one_run(spec: RunSpec) -> RunOutcome:
+    workload, alone = _prepared(spec.workload, spec.seed, spec.load)
+    result = simulate(workload, get_policy(spec.policy), SimConfig(spec.mode, spec.strategy))
     rows: list[list[object]] = []
     for key, sct_s in sorted(result.sct_s.items()):
         base = alone.get(key, 0.0)
         rows.append(
             [
-                label,
-                seed,
+                spec.seed,
                 key.experiment_id,
                 key.stage_id,
                 result.stage_release_s[key],
@@ -171,7 +204,31 @@ def _stage_rows(
                 sct_s / base if base > 0 else "",
             ]
         )
-    return rows
+    return summarize(result, alone), list(result.sct_s.values()), rows
+
+
+def _run_all(runs: list[RunSpec], jobs: int) -> list[RunOutcome]:
+    """Every run, in order; with ``jobs`` > 1 in worker processes (results are identical)."""
+    bar = tqdm(total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=None)
+    try:
+        if jobs <= 1 or len(runs) == 1:
+            outcomes = []
+            for spec in runs:
+                bar.set_postfix_str(f"seed {spec.seed} {spec.policy} {mode_label(spec.mode)}")
+                outcomes.append(_one_run(spec))
+                bar.update()
+            return outcomes
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_one_run, spec) for spec in runs]
+            try:
+                for _ in as_completed(futures):
+                    bar.update()
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            return [future.result() for future in futures]
+    finally:
+        bar.close()
 
 
 def _aggregate(

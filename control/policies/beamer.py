@@ -34,8 +34,15 @@ class BeamerPolicy(BasePolicy):
     name: ClassVar[str] = "beamer"
 
     def __init__(
-        self, future_stages: bool = True, ordering: Ordering = "bssi", split_trials: bool = False
+        self,
+        future_stages: bool = True,
+        ordering: Ordering = "bssi",
+        split_trials: bool = False,
+        max_groups: int | None = None,
+        future_weight: float = 1.0,
     ) -> None:
+        self.future_weight = future_weight
+        self.max_groups = max_groups
         self.future_stages = future_stages
         self.ordering = ordering
         self.split_trials = split_trials
@@ -110,7 +117,9 @@ class BeamerPolicy(BasePolicy):
                 vector += left * per_iteration
                 trial_bytes[trial.trial_id] += left * trial.sync_bytes
         if self.future_stages:
-            vector += self._future_vector(experiment, state.stage_index, snapshot.num_hosts, ports)
+            vector += self.future_weight * self._future_vector(
+                experiment, state.stage_index, snapshot.num_hosts, ports
+            )
         return vector, trial_bytes
 
     # -- ranking --
@@ -148,6 +157,9 @@ class BeamerPolicy(BasePolicy):
                 groups.extend((c.key,) for c in critical_first)
             else:
                 groups.append(tuple(c.key for c in critical_first))
+        if self.max_groups is not None and len(groups) > self.max_groups:
+            tail = tuple(key for group in groups[self.max_groups - 1 :] for key in group)
+            groups = [*groups[: self.max_groups - 1], tail]
         return Ranking(tuple(groups))
 
 
