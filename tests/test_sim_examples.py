@@ -103,3 +103,19 @@ def test_priority_maxmin_is_max_min_inside_a_class() -> None:
     dst = np.array([3 + 1, 3 + 1, 3 + 2, 3 + 2])
     rates = priority_maxmin(src, dst, np.zeros(4, dtype=np.int64), capacity)
     assert rates == pytest.approx([1 / 3, 1 / 3, 1 / 3, 2 / 3])
+
+
+def test_greedy_gives_each_flow_in_order_all_it_can() -> None:
+    # Flow 1 (0->h1) first takes a whole port; flow 0 (0->h2) shares its sender: nothing left;
+    # flow 2 (1->h2) still finds both its ports free.
+    from sim.allocate import greedy
+
+    capacity = np.full(6, 1.0)
+    rates = greedy(np.array([0, 0, 1]), np.array([5, 4, 5]), np.array([1, 0, 2]), capacity)
+    assert rates == pytest.approx([0.0, 1.0, 1.0])
+
+
+def test_sincronia_with_greedy_rates_keeps_the_order() -> None:
+    config = SimConfig(allocator="greedy")
+    sct = simulate(chain_workload(), get_policy("sincronia"), config).sct_s
+    assert sct == pytest.approx({StageKey(0, 0): 1.0, StageKey(1, 0): 3.0, StageKey(0, 1): 6.0})
