@@ -15,6 +15,7 @@ import bisect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from p4.config.v1 import p4info_pb2
 
@@ -126,12 +127,13 @@ class TableEntry:
     is_const: bool = False
 
 
-EntryKey = tuple[frozenset[tuple[int, FieldMatch]], int]
+EntryKey = tuple[int, ...]
+"""Identity of an entry in its table (match key plus priority) as plain integers.
 
-
-def entry_key(matches: Mapping[int, FieldMatch], priority: int) -> EntryKey:
-    """Identity of an entry in P4Runtime: its match key plus its priority."""
-    return frozenset(matches.items()), priority
+Built by :meth:`TableState.key_of`; its layout depends on the table's lookup mode, so
+keys of different tables are not comparable. Exact tables use the tuple of key values
+itself, the same tuple the packet path looks up.
+"""
 
 
 _NO_ENTRIES: dict[tuple[int, ...], TableEntry] = {}
@@ -180,6 +182,7 @@ class TableState:
         self.key_fields: tuple[KeyField, ...] = tuple(
             KeyField(mf.id, mf.name, mf.bitwidth, mf.match_type) for mf in info.match_fields
         )
+        self._field_ids = tuple(k.field_id for k in self.key_fields)
         self.size: int = info.size if info.size > 0 else 1024
         self.is_const: bool = info.is_const_table
         self.const_default: bool = info.const_default_action_id != 0
@@ -311,7 +314,42 @@ class TableState:
                     f"{self.name}: value {value} of {key.name} does not fit in {width} bits"
                 )
 
-    # ---------------------------------------------------------------- lookup index
+    # ---------------------------------------------------------------- keys and lookup index
+
+    def key_of(self, matches: Mapping[int, FieldMatch], priority: int) -> EntryKey:
+        """The :data:`EntryKey` of a key that is already valid for this table.
+
+        No checks: callers validate first, with :meth:`check_key` or (the P4Runtime
+        server) against the P4Info, so that each write is validated exactly once.
+        """
+        if self.mode == "exact":
+            return tuple([cast(ExactMatch, matches[fid]).value for fid in self._field_ids])
+        if self.mode == "lpm":
+            return (*self._exact_tuple(matches), self._lpm_length(matches))
+        flat: list[int] = []
+        for field_id in self._field_ids:
+            match = matches.get(field_id)
+            if match is None:
+                flat += (-1, -1)  # present fields never hold negative values
+            elif isinstance(match, ExactMatch | OptionalMatch):
+                flat += (match.value, 0)
+            elif isinstance(match, LpmMatch):
+                flat += (match.value, match.prefix_len)
+            elif isinstance(match, TernaryMatch):
+                flat += (match.value, match.mask)
+            else:
+                flat += (match.low, match.high)
+        flat.append(priority)
+        return tuple(flat)
+
+    def check_key(self, matches: Mapping[int, FieldMatch], priority: int) -> EntryKey:
+        """Validate a match key and priority; return its :data:`EntryKey`."""
+        self._check_matches(matches, priority)
+        return self.key_of(matches, priority)
+
+    def check_action(self, action: ActionCall, *, as_default: bool = False) -> ActionCall:
+        """Validate an action call for an entry (or for the default entry)."""
+        return self._check_action(action, as_default=as_default)
 
     def _exact_tuple(self, matches: Mapping[int, FieldMatch]) -> tuple[int, ...]:
         values: list[int] = []
@@ -347,17 +385,17 @@ class TableState:
                 spec.append((1, match.low, match.high))
         return tuple(spec)
 
-    def _index_add(self, entry: TableEntry) -> None:
+    def _index_add(self, key: EntryKey, entry: TableEntry) -> None:
         if self.mode == "exact":
-            self._exact[self._exact_tuple(entry.matches)] = entry
+            self._exact[key] = entry
         elif self.mode == "lpm":
-            length = self._lpm_length(entry.matches)
+            length = key[-1]
             bucket = self._lpm.get(length)
             if bucket is None:
                 bucket = {}
                 self._lpm[length] = bucket
                 self._set_lpm_lengths()
-            bucket[self._exact_tuple(entry.matches)] = entry
+            bucket[key[:-1]] = entry
         else:
             self._sequence += 1
             # Highest priority first; among equals, first installed first.
@@ -373,13 +411,13 @@ class TableState:
         self._lpm_masks = tuple((n, _mask(width) ^ _mask(width - n)) for n in lengths)
         self._lpm_lengths = lengths
 
-    def _index_remove(self, entry: TableEntry) -> None:
+    def _index_remove(self, key: EntryKey, entry: TableEntry) -> None:
         if self.mode == "exact":
-            self._exact.pop(self._exact_tuple(entry.matches), None)
+            self._exact.pop(key, None)
         elif self.mode == "lpm":
-            length = self._lpm_length(entry.matches)
+            length = key[-1]
             bucket = self._lpm.get(length, {})
-            bucket.pop(self._exact_tuple(entry.matches), None)
+            bucket.pop(key[:-1], None)
             if not bucket:
                 self._lpm.pop(length, None)
                 self._set_lpm_lengths()
@@ -417,32 +455,43 @@ class TableState:
                 return entry
         return None
 
-    # ---------------------------------------------------------------- writes
+    # ---------------------------------------------------------------- writes of valid entries
+    # The P4Runtime server validates each update against the P4Info and then calls
+    # these with the entry's key; nothing is checked twice. Const tables are the
+    # caller's to refuse.
+
+    def find(self, key: EntryKey) -> TableEntry | None:
+        return self.entries.get(key)
+
+    def insert_valid(self, key: EntryKey, entry: TableEntry) -> None:
+        """Install a validated ``entry`` whose key is ``key``; only duplicates and size fail."""
+        entries = self.entries
+        if key in entries:
+            raise EntryExistsError(f"{self.name}: the entry already exists")
+        if len(entries) >= self.size:
+            raise TableFullError(f"{self.name} is full ({self.size} entries)")
+        entries[key] = entry
+        self._index_add(key, entry)
+
+    def delete_valid(self, key: EntryKey) -> TableEntry:
+        """Remove the entry of ``key`` (a validated key) and return it."""
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            raise EntryNotFoundError(f"{self.name}: no such entry")
+        self._index_remove(key, entry)
+        return entry
+
+    # ---------------------------------------------------------------- checked writes
 
     def insert(self, entry: TableEntry, *, allow_const: bool = False) -> None:
         if self.is_const and not allow_const:
             raise ImmutableError(f"{self.name} has const entries and cannot be written")
-        self._check_matches(entry.matches, entry.priority)
+        key = self.check_key(entry.matches, entry.priority)
         self._check_action(entry.action, as_default=False)
-        key = entry_key(entry.matches, entry.priority)
-        if key in self.entries:
-            raise EntryExistsError(f"{self.name}: the entry already exists")
-        if self.mode != "list" and self._duplicate_of(entry) is not None:
-            raise EntryExistsError(f"{self.name}: an entry with the same key already exists")
-        if len(self.entries) >= self.size:
-            raise TableFullError(f"{self.name} is full ({self.size} entries)")
-        self.entries[key] = entry
-        self._index_add(entry)
-
-    def _duplicate_of(self, entry: TableEntry) -> TableEntry | None:
-        exact = self._exact_tuple(entry.matches)
-        if self.mode == "exact":
-            return self._exact.get(exact)
-        return self._lpm.get(self._lpm_length(entry.matches), {}).get(exact)
+        self.insert_valid(key, entry)
 
     def _existing(self, matches: Mapping[int, FieldMatch], priority: int) -> TableEntry:
-        self._check_matches(matches, priority)
-        entry = self.entries.get(entry_key(matches, priority))
+        entry = self.entries.get(self.check_key(matches, priority))
         if entry is None:
             raise EntryNotFoundError(f"{self.name}: no such entry")
         return entry
@@ -465,10 +514,7 @@ class TableState:
     def delete(self, matches: Mapping[int, FieldMatch], priority: int) -> TableEntry:
         if self.is_const:
             raise ImmutableError(f"{self.name} has const entries and cannot be written")
-        entry = self._existing(matches, priority)
-        del self.entries[entry_key(matches, priority)]
-        self._index_remove(entry)
-        return entry
+        return self.delete_valid(self.check_key(matches, priority))
 
     def get(self, matches: Mapping[int, FieldMatch], priority: int) -> TableEntry:
         return self._existing(matches, priority)
@@ -487,7 +533,7 @@ class TableState:
         for key, entry in list(self.entries.items()):
             if not entry.is_const:
                 del self.entries[key]
-                self._index_remove(entry)
+                self._index_remove(key, entry)
         self.default_action = self.initial_default
         self.default_counter = CounterData()
 

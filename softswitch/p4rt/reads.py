@@ -23,7 +23,7 @@ from softswitch.p4rt.p4info_index import TableInfo
 from softswitch.p4rt.pipeline_config import ActivePipeline
 from softswitch.p4rt.status import invalid, not_found, unimplemented
 from softswitch.p4rt.wire import table_entry_data
-from softswitch.runtime import CounterData, TableState, entry_key
+from softswitch.runtime import CounterData, TableState
 from softswitch.runtime import TableEntry as RuntimeEntry
 
 Entity: TypeAlias = p4runtime_pb2.Entity
@@ -94,7 +94,7 @@ def _selected_entries(
     """The entries of one table that pass the request's filters."""
     if len(request.match):
         key = parse_key(table, table_entry_data(request))
-        found = state.entries.get(entry_key(key.matches, key.priority))
+        found = state.find(state.key_of(key.matches, key.priority))
         candidates: Iterable[RuntimeEntry] = [found] if found is not None else []
     else:
         candidates = state.entries.values()
@@ -183,7 +183,7 @@ def _read_direct_counter_entries(
             continue
         if len(selector.match):
             key = parse_key(table, table_entry_data(selector))
-            found = state.entries.get(entry_key(key.matches, key.priority))
+            found = state.find(state.key_of(key.matches, key.priority))
             if found is None:
                 raise not_found(f"table '{table.name}' has no such entry")
             entries: Iterable[RuntimeEntry] = [found]

@@ -20,6 +20,7 @@ from softswitch.p4rt.pipeline_config import ActivePipeline
 from softswitch.p4rt.status import (
     P4RuntimeError,
     invalid,
+    not_found,
     permission_denied,
     unimplemented,
 )
@@ -118,56 +119,54 @@ def _write_table_entry(active: ActivePipeline, update_type: int, entry: TableEnt
     if not table.match_fields and update_type == Update.INSERT:
         raise invalid(f"table '{table.name}' has no key: only its default entry can be written")
     key = parse_key(table, entry)
+    # parse_key and parse_action validated the update against the P4Info: the table's
+    # methods for valid entries take it from here without checking it again.
+    state = runtime.table(key.table_id)
+    entry_key = state.key_of(key.matches, key.priority)
     if update_type == Update.DELETE:
         if table.is_const_table:
             raise permission_denied(f"table '{table.name}' has const entries")
-        removed = runtime.delete_entry(key.table_id, key.matches, key.priority)
-        return lambda: runtime.table(key.table_id).insert(removed)
+        removed = state.delete_valid(entry_key)
+        return lambda: state.insert_valid(entry_key, removed)
     if update_type == Update.INSERT:
         if table.is_const_table:
             raise permission_denied(f"table '{table.name}' has const entries")
         if not entry.has_action:
             raise invalid("INSERT needs an action")
         call = parse_action(active.index, table, entry, default_entry=False)
-        initial = _counter_of(entry.counter) if entry.counter is not None else None
-        runtime.insert_entry(
-            key.table_id,
+        state.insert_valid(
+            entry_key,
             TableEntry(
                 key.matches,
                 call,
                 key.priority,
-                initial if initial is not None else CounterData(),
+                CounterData() if entry.counter is None else _counter_of(entry.counter),
                 entry.controller_metadata,
                 entry.metadata,
             ),
         )
 
         def undo_insert() -> None:
-            runtime.delete_entry(key.table_id, key.matches, key.priority)
+            state.delete_valid(entry_key)
 
         return undo_insert
     # MODIFY: the action may be left out (kept); the counter is written only when given.
     new_counter = _counter_of(entry.counter) if entry.counter is not None else None
-    with runtime.lock:
-        state = runtime.table(key.table_id)
-        existing = state.get(key.matches, key.priority)
-        before = (
-            existing.action,
-            existing.controller_metadata,
-            existing.metadata,
-            _copy(existing.counter),
-        )
-        if table.is_const_table:
-            if entry.has_action:
-                raise permission_denied(f"table '{table.name}' has const entries")
-        else:
-            if entry.has_action:
-                call = parse_action(active.index, table, entry, default_entry=False)
-                state.modify(key.matches, key.priority, call)
-            existing.controller_metadata = entry.controller_metadata
-            existing.metadata = entry.metadata
-        if new_counter is not None:
-            existing.counter = new_counter
+    existing = state.find(entry_key)
+    if existing is None:
+        raise not_found(f"table '{table.name}' has no such entry")
+    before = (existing.action, existing.controller_metadata, existing.metadata, existing.counter)
+    if table.is_const_table:
+        if entry.has_action:
+            raise permission_denied(f"table '{table.name}' has const entries")
+    else:
+        if entry.has_action:
+            # One attribute store: a packet sees the old action or the new one.
+            existing.action = parse_action(active.index, table, entry, default_entry=False)
+        existing.controller_metadata = entry.controller_metadata
+        existing.metadata = entry.metadata
+    if new_counter is not None:
+        existing.counter = new_counter
 
     def undo() -> None:
         # Entries are looked up by key; their action and data change in place.
