@@ -9,6 +9,11 @@
  * written to standard_metadata.priority (queue 0 lowest, 7 highest) and to
  * the IPv4 DSCP as class selector CS<class>.
  *
+ * TCP segments without payload (pure ACKs, SYN, FIN, RST) take the class of
+ * `ack_class` instead, the top class unless the control plane changes it:
+ * a flow's ACKs travel the reverse path, where they would otherwise wait
+ * behind higher-class data and stall a flow whose own path is free.
+ *
  * Drop rule: non-IPv4 frames, packets the parser rejects (truncated
  * headers, IPv4 version != 4, IHL < 5 or options beyond the packet), bad
  * IPv4 checksums, TTL <= 1 and LPM misses. Untagged packets and packets
@@ -25,6 +30,7 @@ const bit<8>  PROTO_UDP = 17;
 const bit<24> BEAMER_TAG_PREFIX = 0x9E0C10;
 const bit<24> BEAMER_TAG_PREFIX_MASK = 0xFFFFF0;
 const bit<32> NUM_CLASSES = 8;
+const bit<3>  TOP_CLASS = 7;
 
 typedef bit<9>  egressSpec_t;
 typedef bit<48> macAddr_t;
@@ -248,6 +254,15 @@ control MyIngress(inout headers hdr,
         default_action = set_class(0);
     }
 
+    /* Class of TCP segments that carry no payload. */
+    table ack_class {
+        actions = {
+            set_class;
+            NoAction;
+        }
+        default_action = set_class(TOP_CLASS);
+    }
+
     direct_counter(CounterType.packets_and_bytes) stage_counter;
 
     table stage_class {
@@ -294,6 +309,10 @@ control MyIngress(inout headers hdr,
         if (hdr.beamer_tag.isValid()) {
             stage_class.apply();
             coflow_class.apply();
+        }
+        if (hdr.tcp.isValid()
+                && hdr.ipv4.totalLen == ((bit<16>)hdr.ipv4.ihl + (bit<16>)hdr.tcp.dataOffset) << 2) {
+            ack_class.apply();
         }
         standard_metadata.priority = meta.class_id;
         hdr.ipv4.dscp = (bit<6>)meta.class_id << 3;

@@ -31,6 +31,7 @@ ROUTES = [
 ]
 STAGE_CLASSES = {(1, 1): 2, (1, 2): 5, (7, 3): 6}
 COFLOW_CLASSES = {(1, 2, 0x00030001): 7}
+ACK_CLASS = 7  # beamer.p4's default for TCP segments without payload
 
 
 def ip_to_int(address: str) -> int:
@@ -193,6 +194,34 @@ def test_untagged_traffic_gets_the_default_class_the_control_plane_sets(rig: Rig
     assert rig.send(frame())[0][1] == 0
 
 
+def test_tcp_segments_without_payload_take_the_ack_class(rig: Rig) -> None:
+    tag = [beamer_tag(1, 1, 5)]  # stage class 2
+    assert rig.send(frame(options=tag, payload=b"data"))[0][1] == 2
+    for flags in ["A", "S", "SA", "FA"]:
+        sent = frame(options=tag, l4=TCP(sport=5201, dport=40000, flags=flags), payload=b"")
+        [(_port, priority, data)] = rig.send(sent)
+        assert priority == ACK_CLASS
+        ip = Ether(data)[IP]
+        assert ip.tos == ACK_CLASS << 5
+        assert checksum_is_valid(ip)
+        assert ip[TCP].flags == TCP(flags=flags).flags
+    # Untagged ACKs too, and UDP without payload is not an ACK.
+    assert rig.send(frame(payload=b""))[0][1] == ACK_CLASS
+    assert rig.send(frame(l4=UDP(), payload=b""))[0][1] == 0
+
+
+def test_ack_class_is_set_by_the_control_plane(rig: Rig) -> None:
+    rig.pipeline.runtime.set_default_action(
+        rig.table("ack_class"), ActionCall(rig.action("MyIngress.set_class"), (4,))
+    )
+    assert rig.send(frame(options=[beamer_tag(1, 1, 5)], payload=b""))[0][1] == 4
+    rig.pipeline.runtime.set_default_action(
+        rig.table("ack_class"), ActionCall(rig.action("NoAction"), ())
+    )
+    # NoAction keeps the tag's class for ACKs (the rule DESIGN.md first proposed).
+    assert rig.send(frame(options=[beamer_tag(1, 1, 5)], payload=b""))[0][1] == 2
+
+
 def test_tag_without_entries_falls_back_to_the_default_class(rig: Rig) -> None:
     rig.set_default_class(1)
     assert rig.send(frame(options=[beamer_tag(42, 42, 42)]))[0][1] == 1
@@ -267,7 +296,7 @@ def test_udp_and_icmp_are_classified_too(rig: Rig) -> None:
 
 def test_counters_match_the_bytes_sent(rig: Rig) -> None:
     runtime = rig.pipeline.runtime
-    sizes = [0, 100, 1000]
+    sizes = [1, 100, 1000]
     stage_bytes = 0
     for size in sizes:
         sent = frame(options=[beamer_tag(1, 2, 1)], payload=b"x" * size)
@@ -405,6 +434,11 @@ def reference(rig: Rig, data: bytes, default_class: int) -> bytes | None:
         coflow = int.from_bytes(header[28:32], "big")
         class_id = STAGE_CLASSES.get((experiment, stage), class_id)
         class_id = COFLOW_CLASSES.get((experiment, stage, coflow), class_id)
+    if l4_length == 20:
+        total_length = int.from_bytes(header[2:4], "big")
+        tcp_header_bytes = (ip[ihl * 4 + 12] >> 4) * 4
+        if total_length == ihl * 4 + tcp_header_bytes:
+            class_id = ACK_CLASS
     header[8] -= 1
     header[1] = (class_id << 5) | (header[1] & 3)
     header[10:12] = internet_checksum(bytes(header)).to_bytes(2, "big")

@@ -36,6 +36,7 @@ def test_p4info_names_and_shapes_follow_p4c(beamer: CompiledProgram) -> None:
     assert set(tables) == {
         "MyIngress.ipv4_lpm",
         "MyIngress.default_class",
+        "MyIngress.ack_class",
         "MyIngress.stage_class",
         "MyIngress.coflow_class",
     }
