@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from p4.config.v1 import p4info_pb2
 
-from softswitch.frontend.compiler import LoweredProgram
+from softswitch.frontend.lowered import LoweredProgram
 
 PREFIX_ACTION = 0x01
 PREFIX_TABLE = 0x02

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from p4.config.v1 import p4info_pb2
 
-from softswitch.frontend.compiler import LoweredProgram, lower
+from softswitch.frontend.compiler import lower
 from softswitch.frontend.errors import CompileError
+from softswitch.frontend.lowered import LoweredProgram
 from softswitch.frontend.p4info import build_p4info
 from softswitch.frontend.parser import parse
 from softswitch.frontend.preprocess import Line, Preprocessor

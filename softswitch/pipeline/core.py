@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from softswitch.frontend.compiler import action_id_global
+from softswitch.frontend.lowered import action_id_global
 from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
 

@@ -1,0 +1,84 @@
+"""Actions and tables a block refers to: P4Info names and the functions that run them."""
+
+from __future__ import annotations
+
+from softswitch.frontend import ast
+from softswitch.frontend.compiler_state import CompilerState
+from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.lowered import (
+    ActionInfo,
+)
+from softswitch.frontend.p4c_names import control_plane_name
+from softswitch.frontend.scope import (
+    Scope,
+    TableEntryRef,
+)
+from softswitch.frontend.types import (
+    Bits,
+)
+
+
+class ReferenceResolution(CompilerState):
+    """Resolves action and table references inside the block being lowered."""
+
+    def declare_action(self, decl: ast.ActionDecl, control: str | None) -> ActionInfo:
+        name = control_plane_name(decl, control)
+        params: list[tuple[str, int]] = []
+        for p in decl.params:
+            if p.direction:
+                raise CompileError(
+                    p.loc,
+                    f"action parameter {p.name}: directions are not supported; "
+                    f"use directionless (control-plane) parameters",
+                )
+            t = self.resolve_type(p.type)
+            if not isinstance(t, Bits):
+                raise CompileError(p.loc, f"action parameter {p.name} must be bit<W>")
+            params.append((p.name, t.width))
+        existing = self.lowered.actions.get(name)
+        if existing is not None:
+            return existing
+        info = ActionInfo(name, decl, params, control)
+        self.lowered.actions[name] = info
+        return info
+
+    def action_fn(self, info: ActionInfo) -> str:
+        assert self.ctx is not None
+        return "a_" + self.ctx.name + "__" + info.name.replace(".", "__")
+
+    def use_action(self, name: str, loc: SourceLocation, scope: Scope) -> ActionInfo:
+        assert self.ctx is not None
+        found = scope.lookup(name)
+        if isinstance(found, ActionInfo):
+            return found
+        if isinstance(found, ast.ActionDecl):
+            info = self.declare_action(found, None)
+            self.ctx.actions.setdefault(name, info)
+            return info
+        raise CompileError(loc, f"{name} is not an action")
+
+    def table_of_apply(self, call: ast.Call, scope: Scope) -> TableEntryRef:
+        func = call.func
+        if (
+            isinstance(func, ast.Member)
+            and func.member == "apply"
+            and isinstance(func.base, ast.Name)
+        ):
+            found = scope.lookup(func.base.name)
+            if isinstance(found, TableEntryRef):
+                if call.args:
+                    raise CompileError(call.loc, "apply() takes no arguments")
+                assert self.ctx is not None
+                if found.info.name in self.ctx.applied:
+                    raise CompileError(
+                        call.loc,
+                        f"table {func.base.name} is applied more than once "
+                        "(p4c's BMv2 backend rejects this)",
+                    )
+                self.ctx.applied.add(found.info.name)
+                return found
+        raise CompileError(call.loc, "expected table.apply()")
+
+    def apply_call(self, table: TableEntryRef) -> str:
+        assert self.ctx is not None
+        return f"t_{table.info.pyname}({', '.join(['_sm', '_cl', *self.ctx.param_codes])})"

@@ -1,0 +1,277 @@
+"""Tables: keys, actions lists, default actions, const entries, and the apply function per table."""
+
+from __future__ import annotations
+
+from softswitch.frontend import ast
+from softswitch.frontend.errors import CompileError
+from softswitch.frontend.lowered import (
+    ActionInfo,
+    KeyInfo,
+    TableInfo,
+    action_id_global,
+)
+from softswitch.frontend.p4c_names import control_plane_name, match_field_name
+from softswitch.frontend.scope import (
+    Scope,
+    VarEntry,
+)
+from softswitch.frontend.statements import StatementLowering
+from softswitch.frontend.types import (
+    Bits,
+    Bool,
+    EnumT,
+    ErrorT,
+    width_of,
+)
+
+
+class TableLowering(StatementLowering):
+    """Checks table declarations and emits one apply function per table."""
+
+    def declare_table(self, decl: ast.TableDecl, control: str, scope: Scope) -> TableInfo:
+        assert self.ctx is not None
+        name = control_plane_name(decl, control)
+        keys: list[KeyInfo] = []
+        for key in decl.keys or []:
+            if key.match_kind not in self.match_kinds:
+                raise CompileError(key.loc, f"unknown match kind {key.match_kind}")
+            if key.match_kind == "selector":
+                raise CompileError(key.loc, "selector match (action selectors) is not supported")
+            value = self.lower_expr(key.expr, scope)
+            if not isinstance(value.type, Bits | Bool | EnumT | ErrorT):
+                raise CompileError(key.loc, f"table key of type {value.type} is not supported")
+            if isinstance(value.type, ErrorT | EnumT) and not (
+                isinstance(value.type, EnumT) and value.type.underlying
+            ):
+                raise CompileError(key.loc, f"table key of type {value.type} is not supported")
+            key_name = match_field_name(key)
+            keys.append(KeyInfo(key_name, key.match_kind, width_of(value.type), key.loc))
+        if decl.actions is None:
+            raise CompileError(decl.loc, f"table {decl.name} has no actions property")
+        actions: list[tuple[str, str]] = []
+        action_infos: dict[str, ActionInfo] = {}
+        for ref in decl.actions:
+            info = self.use_action(ref.name, ref.loc, scope)
+            if ref.args:
+                raise CompileError(ref.loc, "actions in an actions list take no arguments here")
+            scope_kind = ""
+            if any(a.name == "defaultonly" for a in ref.annotations):
+                scope_kind = "default"
+            elif any(a.name == "tableonly" for a in ref.annotations):
+                scope_kind = "table"
+            if info.name in action_infos:
+                raise CompileError(ref.loc, f"action {ref.name} is listed twice")
+            actions.append((info.name, scope_kind))
+            action_infos[info.name] = info
+            self.ctx.actions.setdefault(ref.name, info)
+        default_name = "NoAction"
+        default_args: list[int] = []
+        if decl.default_action is not None:
+            ref = decl.default_action
+            info = self.use_action(ref.name, ref.loc, scope)
+            if info.name not in action_infos:
+                raise CompileError(
+                    ref.loc, f"default action {ref.name} is not in the actions of table {decl.name}"
+                )
+            if len(ref.args) != len(info.params):
+                raise CompileError(
+                    ref.loc,
+                    f"action {ref.name} takes {len(info.params)} arguments, got {len(ref.args)}",
+                )
+            default_args = [
+                self.const_of_type(a, Bits(w))
+                for a, (_, w) in zip(ref.args, info.params, strict=True)
+            ]
+            default_name = info.name
+        else:
+            if "NoAction" not in action_infos:
+                raise CompileError(
+                    decl.loc,
+                    f"table {decl.name} needs a default_action (NoAction is not in its actions)",
+                )
+        size = 1024
+        if decl.size is not None:
+            size = self.const_int(decl.size, scope)
+            if size <= 0:
+                raise CompileError(decl.size.loc, "table size must be positive")
+        info_t = TableInfo(
+            name,
+            control,
+            keys,
+            actions,
+            default_name,
+            default_args,
+            decl.default_is_const,
+            size,
+            None,
+            None,
+        )
+        info_t.pyname = "T_" + name.replace(".", "_")
+        if decl.entries is not None:
+            info_t.const_entries = self.const_entries(decl, keys, action_infos, scope)
+        self.lowered.tables.append(info_t)
+        return info_t
+
+    def const_entries(
+        self, decl: ast.TableDecl, keys: list[KeyInfo], actions: dict[str, ActionInfo], scope: Scope
+    ) -> list[tuple[list[tuple[str, int, int]], int, str, list[int]]]:
+        entries: list[tuple[list[tuple[str, int, int]], int, str, list[int]]] = []
+        needs_priority = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
+        for index, entry in enumerate(decl.entries or []):
+            if len(entry.keys) != len(keys):
+                raise CompileError(
+                    entry.loc,
+                    f"entry has {len(entry.keys)} key values, table "
+                    f"{decl.name} has {len(keys)} keys",
+                )
+            matches: list[tuple[str, int, int]] = []
+            for value_expr, key in zip(entry.keys, keys, strict=True):
+                t = Bits(key.bitwidth)
+                full = (1 << key.bitwidth) - 1
+                if isinstance(value_expr, ast.Default):
+                    matches.append(("dontcare", 0, 0))
+                elif isinstance(value_expr, ast.Mask):
+                    if key.match_kind not in ("ternary", "lpm"):
+                        raise CompileError(
+                            value_expr.loc,
+                            f"a masked value needs a ternary key, {key.name} is {key.match_kind}",
+                        )
+                    v = self.const_of_type(value_expr.value, t)
+                    m = self.const_of_type(value_expr.mask, t)
+                    if key.match_kind == "lpm":
+                        length = bin(m).count("1")
+                        if m != full ^ ((1 << (key.bitwidth - length)) - 1):
+                            raise CompileError(value_expr.loc, "an lpm mask must be a prefix")
+                        matches.append(("lpm", v & m, length))
+                    else:
+                        matches.append(("ternary", v & m, m))
+                elif isinstance(value_expr, ast.Range):
+                    if key.match_kind != "range":
+                        raise CompileError(
+                            value_expr.loc,
+                            f"a range needs a range key, {key.name} is {key.match_kind}",
+                        )
+                    matches.append(
+                        (
+                            "range",
+                            self.const_of_type(value_expr.low, t),
+                            self.const_of_type(value_expr.high, t),
+                        )
+                    )
+                else:
+                    v = self.const_of_type(value_expr, t)
+                    kind = {
+                        "lpm": "lpm",
+                        "ternary": "ternary",
+                        "range": "range",
+                        "optional": "exact",
+                    }.get(key.match_kind, "exact")
+                    if kind == "lpm":
+                        matches.append(("lpm", v, key.bitwidth))
+                    elif kind == "ternary":
+                        matches.append(("ternary", v, full))
+                    elif kind == "range":
+                        matches.append(("range", v, v))
+                    else:
+                        matches.append(("exact", v, 0))
+            action = self.use_action(entry.action.name, entry.action.loc, scope)
+            if action.name not in actions:
+                raise CompileError(
+                    entry.action.loc,
+                    f"action {entry.action.name} is not in the actions of table {decl.name}",
+                )
+            if len(entry.action.args) != len(action.params):
+                raise CompileError(
+                    entry.action.loc,
+                    f"action {entry.action.name} takes {len(action.params)} "
+                    f"arguments, got {len(entry.action.args)}",
+                )
+            args = [
+                self.const_of_type(a, Bits(w))
+                for a, (_, w) in zip(entry.action.args, action.params, strict=True)
+            ]
+            # p4c: earlier entries win; P4Runtime: higher priority wins.
+            priority = (
+                entry.priority
+                if entry.priority is not None
+                else (len(decl.entries or []) - index if needs_priority else 0)
+            )
+            entries.append((matches, priority, action.name, args))
+        return entries
+
+    def emit_table(self, decl: ast.TableDecl, info: TableInfo, sig: str, scope: Scope) -> None:
+        assert self.ctx is not None
+        out = self.out
+        out(f"def t_{info.pyname}({sig}):")
+        out.indent()
+        sm = "_sm"  # the hidden standard_metadata every generated block receives
+        if info.keys:
+            codes: list[str] = []
+            for key in decl.keys or []:
+                value = self.lower_expr(key.expr, scope)
+                codes.append(
+                    f"(1 if {value.code} else 0)" if isinstance(value.type, Bool) else value.code
+                )
+            out(f"_e = {info.pyname}.lookup(({', '.join(codes)},))")
+            out("if _e is None:")
+            out.indent()
+            out(f"_c = {info.pyname}.default_action")
+            out("_hit = False")
+            out.dedent()
+            out("else:")
+            out.indent()
+            if info.direct_counter is not None:
+                out(f"_e.counter.add({sm}.f_packet_length)")
+            out("_c = _e.action")
+            out("_hit = True")
+            out.dedent()
+        else:
+            # A keyless table always runs its default action (a miss).
+            out(f"_c = {info.pyname}.default_action")
+            out("_hit = False")
+        out("_aid = _c.action_id")
+        # Actions without 'return' run inline (no call per packet); others are called.
+        first = True
+        for action_name, _scope_kind in info.actions:
+            action = self.lowered.actions[action_name]
+            out(f"{'if' if first else 'elif'} _aid == {action_id_global(action_name)}:")
+            first = False
+            out.indent()
+            if contains_return(action.decl.body):
+                out(f"{self.action_fn(action)}({sig}, *_c.params)")
+            else:
+                self.inline_action(action, scope)
+            out.dedent()
+        out("return _hit, _aid")
+        out.dedent()
+
+    def inline_action(self, info: ActionInfo, scope: Scope) -> None:
+        assert self.ctx is not None
+        out = self.out
+        codes = {n: self.fresh(f"ap_{n}_") for n, _ in info.params}
+        if len(codes) == 1:
+            out(f"{next(iter(codes.values()))}, = _c.params")
+        elif codes:
+            out(f"{', '.join(codes.values())} = _c.params")
+        action_scope = Scope(
+            {n: VarEntry(codes[n], Bits(w), writable=True) for n, w in info.params},
+            scope if info.control else Scope({}, self.globals),
+        )
+        self.ctx.in_action = True
+        self.lower_block(info.decl.body, action_scope)
+        self.ctx.in_action = False
+
+
+def contains_return(stmt: ast.Stmt) -> bool:
+    """Whether an action body returns early (then it is called, not inlined)."""
+    if isinstance(stmt, ast.Return):
+        return True
+    if isinstance(stmt, ast.Block):
+        return any(contains_return(s) for s in stmt.stmts)
+    if isinstance(stmt, ast.If):
+        return contains_return(stmt.then) or (
+            stmt.other is not None and contains_return(stmt.other)
+        )
+    if isinstance(stmt, ast.Switch):
+        return any(c.body is not None and contains_return(c.body) for c in stmt.cases)
+    return False
