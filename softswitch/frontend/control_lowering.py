@@ -185,12 +185,6 @@ class ControlLowering(TableLowering):
         params = ", ".join("p_" + n for n, _ in info.params)
         out(f"def {self.action_fn(info)}({sig}{', ' + params if params else ''}):")
         out.indent()
-        action_scope = Scope(
-            {n: VarEntry("p_" + n, Bits(w), writable=True) for n, w in info.params},
-            scope if info.control else Scope({}, self.globals),
-        )
-        self.ctx.in_action = True
-        self.lower_block(info.decl.body, action_scope)
-        self.ctx.in_action = False
+        self.lower_action_body(info, ["p_" + n for n, _ in info.params], scope)
         out("return")
         out.dedent()

@@ -7,6 +7,7 @@ from softswitch.frontend.calls import CallLowering
 from softswitch.frontend.codecs import class_name, zero_code
 from softswitch.frontend.emitter import Emitter
 from softswitch.frontend.errors import CompileError
+from softswitch.frontend.lowered import ActionInfo
 from softswitch.frontend.p4c_names import describe
 from softswitch.frontend.scope import (
     Scope,
@@ -14,6 +15,7 @@ from softswitch.frontend.scope import (
     VarEntry,
 )
 from softswitch.frontend.types import (
+    Bits,
     Bool,
     ExternT,
     HeaderT,
@@ -80,6 +82,23 @@ class StatementLowering(CallLowering):
             self.lower_stmt(stmt, inner)
         if len(self.out.lines) == before:
             self.out("pass")
+
+    def lower_action_body(self, info: ActionInfo, param_codes: list[str], scope: Scope) -> None:
+        """An action's body with its parameters bound to ``param_codes``, called or inlined.
+
+        A control's own action sees the control's scope; a global one only globals.
+        """
+        assert self.ctx is not None
+        action_scope = Scope(
+            {
+                name: VarEntry(code, Bits(width), writable=True)
+                for (name, width), code in zip(info.params, param_codes, strict=True)
+            },
+            scope if info.control else Scope({}, self.globals),
+        )
+        self.ctx.in_action = True
+        self.lower_block(info.decl.body, action_scope)
+        self.ctx.in_action = False
 
     def lower_stmt(self, stmt: ast.Stmt, scope: Scope) -> None:
         out = self.out

@@ -13,7 +13,6 @@ from softswitch.frontend.lowered import (
 from softswitch.frontend.p4c_names import control_plane_name, match_field_name
 from softswitch.frontend.scope import (
     Scope,
-    VarEntry,
 )
 from softswitch.frontend.statements import StatementLowering
 from softswitch.frontend.types import (
@@ -67,21 +66,9 @@ class TableLowering(StatementLowering):
         default_name = "NoAction"
         default_args: list[int] = []
         if decl.default_action is not None:
-            ref = decl.default_action
-            info = self.use_action(ref.name, ref.loc, scope)
-            if info.name not in action_infos:
-                raise CompileError(
-                    ref.loc, f"default action {ref.name} is not in the actions of table {decl.name}"
-                )
-            if len(ref.args) != len(info.params):
-                raise CompileError(
-                    ref.loc,
-                    f"action {ref.name} takes {len(info.params)} arguments, got {len(ref.args)}",
-                )
-            default_args = [
-                self.const_of_type(a, Bits(w))
-                for a, (_, w) in zip(ref.args, info.params, strict=True)
-            ]
+            info, default_args = self.bound_action(
+                decl.default_action, decl, action_infos, scope, "default action"
+            )
             default_name = info.name
         else:
             if "NoAction" not in action_infos:
@@ -174,22 +161,7 @@ class TableLowering(StatementLowering):
                         matches.append(("range", v, v))
                     else:
                         matches.append(("exact", v, 0))
-            action = self.use_action(entry.action.name, entry.action.loc, scope)
-            if action.name not in actions:
-                raise CompileError(
-                    entry.action.loc,
-                    f"action {entry.action.name} is not in the actions of table {decl.name}",
-                )
-            if len(entry.action.args) != len(action.params):
-                raise CompileError(
-                    entry.action.loc,
-                    f"action {entry.action.name} takes {len(action.params)} "
-                    f"arguments, got {len(entry.action.args)}",
-                )
-            args = [
-                self.const_of_type(a, Bits(w))
-                for a, (_, w) in zip(entry.action.args, action.params, strict=True)
-            ]
+            action, args = self.bound_action(entry.action, decl, actions, scope, "action")
             # p4c: earlier entries win; P4Runtime: higher priority wins.
             priority = (
                 entry.priority
@@ -198,6 +170,30 @@ class TableLowering(StatementLowering):
             )
             entries.append((matches, priority, action.name, args))
         return entries
+
+    def bound_action(
+        self,
+        ref: ast.ActionRefDecl,
+        table: ast.TableDecl,
+        actions: dict[str, ActionInfo],
+        scope: Scope,
+        what: str,
+    ) -> tuple[ActionInfo, list[int]]:
+        """An action of the table with constant arguments (a default action or an entry's)."""
+        info = self.use_action(ref.name, ref.loc, scope)
+        if info.name not in actions:
+            raise CompileError(
+                ref.loc, f"{what} {ref.name} is not in the actions of table {table.name}"
+            )
+        if len(ref.args) != len(info.params):
+            raise CompileError(
+                ref.loc,
+                f"action {ref.name} takes {len(info.params)} arguments, got {len(ref.args)}",
+            )
+        args = [
+            self.const_of_type(a, Bits(w)) for a, (_, w) in zip(ref.args, info.params, strict=True)
+        ]
+        return info, args
 
     def emit_table(self, decl: ast.TableDecl, info: TableInfo, sig: str, scope: Scope) -> None:
         assert self.ctx is not None
@@ -253,13 +249,7 @@ class TableLowering(StatementLowering):
             out(f"{next(iter(codes.values()))}, = _c.params")
         elif codes:
             out(f"{', '.join(codes.values())} = _c.params")
-        action_scope = Scope(
-            {n: VarEntry(codes[n], Bits(w), writable=True) for n, w in info.params},
-            scope if info.control else Scope({}, self.globals),
-        )
-        self.ctx.in_action = True
-        self.lower_block(info.decl.body, action_scope)
-        self.ctx.in_action = False
+        self.lower_action_body(info, list(codes.values()), scope)
 
 
 def contains_return(stmt: ast.Stmt) -> bool:
