@@ -1,8 +1,10 @@
 """Generated classes for header/struct types and their extract/emit functions.
 
 A header type ``T`` becomes class ``H_T`` (validity in ``_v``, fields as
-attributes), ``x_T(h, pkt, off, plen[, nbits]) -> new offset`` and
-``e_T(h) -> bytes``; a struct type becomes ``S_T``.
+attributes) and ``x_T(h, pkt, off, plen[, nbits]) -> new offset``; a
+varbit header also ``e_T(h) -> bytes``. A fixed-size header's extract and
+emit code is inlined where the parser and the deparser use it (one call
+less per header and packet); a struct type becomes ``S_T``.
 """
 
 from __future__ import annotations
@@ -82,11 +84,16 @@ def zero_code(t: P4Type) -> str:
     return "0"
 
 
-def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
-    """Extract/emit through one precompiled ``struct.Struct``.
+def struct_name(t: HeaderT) -> str:
+    """Global holding the precompiled ``struct.Struct`` of a fixed-size header."""
+    return f"_ST_{t.name}"
 
-    Fields are grouped into byte-aligned chunks; each chunk is read as
-    1/2/4/8-byte big-endian words, so field splitting works on small ints.
+
+def fixed_layout(t: HeaderT) -> tuple[list[list[tuple[str, int]]], list[list[int]], str]:
+    """Fields grouped into byte-aligned chunks, each chunk's word sizes, the struct format.
+
+    Each chunk is read as 1/2/4/8-byte big-endian words (most significant
+    first), so field splitting works on small ints.
     """
     chunks: list[list[tuple[str, int]]] = []
     current: list[tuple[str, int]] = []
@@ -99,7 +106,6 @@ def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
             chunks.append(current)
             current, bits = [], 0
     formats: list[str] = []
-    # Per chunk: its word sizes in bytes (big-endian, most significant first).
     chunk_words: list[list[int]] = []
     for chunk in chunks:
         remaining = sum(w for _, w in chunk) // 8
@@ -110,15 +116,22 @@ def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
                 remaining -= size
         chunk_words.append(words)
         formats.extend({8: "Q", 4: "I", 2: "H", 1: "B"}[size] for size in words)
-    struct_name = f"_ST_{t.name}"
-    out(f"{struct_name} = _Struct('!{''.join(formats)}')")
-    out(f"def x_{t.name}(h, pkt, off, plen):")
-    out.indent()
-    out(f"end = off + {t.fixed_bits // 8}")
-    out(f"if end > plen: raise _Reject({too_short})")
-    names = [f"c{i}" for i in range(len(formats))]
+    return chunks, chunk_words, "!" + "".join(formats)
+
+
+def fixed_extract_lines(
+    t: HeaderT, header: str, pkt: str, off: str, plen: str, too_short: int
+) -> list[str]:
+    """Code that fills ``header`` from ``pkt`` at byte ``off`` (the offset is left unmoved).
+
+    Used for the ``x_T`` function and inlined into parsers, which saves a
+    call per extracted header.
+    """
+    chunks, chunk_words, _ = fixed_layout(t)
+    lines = [f"if {off} + {t.fixed_bits // 8} > {plen}: raise _Reject({too_short})"]
+    names = [f"_c{i}" for i in range(sum(len(words) for words in chunk_words))]
     targets = ", ".join(names) + ("," if len(names) == 1 else "")
-    out(f"{targets} = {struct_name}.unpack_from(pkt, off)")
+    lines.append(f"{targets} = {struct_name(t)}.unpack_from({pkt}, {off})")
     index = 0
     for chunk, words in zip(chunks, chunk_words, strict=True):
         parts = names[index : index + len(words)]
@@ -132,37 +145,59 @@ def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
                 terms.append(f"({part} << {shift})" if shift else part)
             value = f"({' | '.join(terms)})"
             if len(chunk) > 1:
-                out(f"v = {value}")
-                value = "v"
+                lines.append(f"_c = {value}")
+                value = "_c"
         shift = sum(w for _, w in chunk)
         for name, width in chunk:
             shift -= width
             expr = f"{value} >> {shift}" if shift else value
             if shift + width < sum(w for _, w in chunk):
                 expr = f"({expr}) & {(1 << width) - 1}"
-            out(f"h.{field_attr(name)} = {expr}")
-    out("h._v = True")
-    out("return end")
-    out.dedent()
-    out(f"def e_{t.name}(h):")
-    out.indent()
+            lines.append(f"{header}.{field_attr(name)} = {expr}")
+    lines.append(f"{header}._v = True")
+    return lines
+
+
+def fixed_emit_lines(t: HeaderT, header: str, out: str) -> list[str]:
+    """Code that appends the bytes of (valid) ``header`` to the list ``out``.
+
+    Used for the ``e_T`` function and inlined into deparsers.
+    """
+    chunks, chunk_words, _ = fixed_layout(t)
+    lines: list[str] = []
     args: list[str] = []
     for number, (chunk, words) in enumerate(zip(chunks, chunk_words, strict=True)):
         shift = sum(w for _, w in chunk)
         terms = []
         for name, width in chunk:
             shift -= width
-            terms.append(f"(h.{field_attr(name)} << {shift})" if shift else f"h.{field_attr(name)}")
+            attr = f"{header}.{field_attr(name)}"
+            terms.append(f"({attr} << {shift})" if shift else attr)
         if len(words) == 1:
             args.append(" | ".join(terms))
             continue
-        out(f"v{number} = {' | '.join(terms)}")
+        lines.append(f"_w{number} = {' | '.join(terms)}")
         shift = sum(words) * 8
         for size in words:
             shift -= size * 8
-            word = f"v{number} >> {shift}" if shift else f"v{number}"
+            word = f"_w{number} >> {shift}" if shift else f"_w{number}"
             args.append(f"({word}) & {(1 << (size * 8)) - 1}")
-    out(f"return {struct_name}.pack({', '.join(args)})")
+    lines.append(f"{out}.append({struct_name(t)}.pack({', '.join(args)}))")
+    return lines
+
+
+def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
+    """The header's precompiled ``struct.Struct`` and its extract function.
+
+    Parsers and deparsers inline the code of :func:`fixed_extract_lines` and
+    :func:`fixed_emit_lines`; ``x_T`` serves ``lookahead<T>()``.
+    """
+    out(f"{struct_name(t)} = _Struct('{fixed_layout(t)[2]}')")
+    out(f"def x_{t.name}(h, pkt, off, plen):")
+    out.indent()
+    for line in fixed_extract_lines(t, "h", "pkt", "off", "plen", too_short):
+        out(line)
+    out(f"return off + {t.fixed_bits // 8}")
     out.dedent()
 
 

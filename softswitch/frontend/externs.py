@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from softswitch.frontend import ast
-from softswitch.frontend.codecs import class_name
+from softswitch.frontend.codecs import class_name, fixed_emit_lines, fixed_extract_lines
 from softswitch.frontend.emitter import field_attr
 from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.expressions import ExpressionLowering
@@ -87,7 +87,11 @@ class ExternLowering(ExpressionLowering):
                     raise CompileError(
                         call.loc, f"header {header.name} has no varbit field; use extract(hdr)"
                     )
-                return Val(f"_off = x_{header.name}({target.code}, _pkt, _off, _plen)", Void())
+                too_short = self.errors["PacketTooShort"]
+                lines = [f"_h = {target.code}"]
+                lines += fixed_extract_lines(header, "_h", "_pkt", "_off", "_plen", too_short)
+                lines.append(f"_off += {header.fixed_bits // 8}")
+                return Val("\n".join(lines), Void())
             if len(call.args) != 2:
                 raise CompileError(
                     call.loc, f"header {header.name} has a varbit field; use extract(hdr, bits)"
@@ -120,8 +124,12 @@ class ExternLowering(ExpressionLowering):
         raise CompileError(call.loc, f"packet_in has no method {method}")
 
     def emit_code(self, value: Val, loc: SourceLocation) -> str:
-        if isinstance(value.type, HeaderT):
+        if isinstance(value.type, HeaderT) and value.type.varbit_field is not None:
             return f"if {value.code}._v: _out.append(e_{value.type.name}({value.code}))"
+        if isinstance(value.type, HeaderT):
+            lines = [f"_h = {value.code}", "if _h._v:"]
+            lines += ["    " + line for line in fixed_emit_lines(value.type, "_h", "_out")]
+            return "\n".join(lines)
         if isinstance(value.type, StructT):
             parts = []
             for name, ft in value.type.fields:
