@@ -42,6 +42,8 @@ class CallLowering(ExternLowering):
                     if self.ctx.in_action:
                         raise CompileError(call.loc, "tables cannot be applied inside actions")
                     self.table_of_apply(call, scope)
+                    if statement:
+                        return Val("\n".join(self.table_code[found.info.name]), Void())
                     return Val(self.apply_call(found), Void())
                 if isinstance(found, ExternInstance):
                     return self.lower_extern_method(found, method, call, scope)

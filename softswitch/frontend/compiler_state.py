@@ -51,6 +51,8 @@ class CompilerState:
         self.const_env: dict[str, Any] = {}
         self.counter = itertools.count()
         self.ctx: ControlContext | None = None
+        # Per table (P4Info name), the code a statement ``t.apply();`` inlines.
+        self.table_code: dict[str, list[str]] = {}
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{next(self.counter)}"

@@ -13,6 +13,15 @@ import itertools
 FieldItem = tuple[str | None, str | int, str]
 
 
+def guarded(root: str, codes: list[str]) -> list[str]:
+    """``codes`` run only when header ``root`` is valid, reading it through one local.
+
+    The header is looked up once rather than once per field.
+    """
+    prefix = root + "."
+    return [f"_g = {root}", "if _g._v:"] + ["    " + c.replace(prefix, "_g.") for c in codes]
+
+
 def csum16_code(items: list[FieldItem]) -> str:
     """Code leaving in ``_s`` a number congruent to the data mod 0xFFFF, ``_n`` its bits.
 
@@ -46,8 +55,7 @@ def csum16_code(items: list[FieldItem]) -> str:
             lines.extend(codes)
             n_known = group_known
         else:
-            lines.append(f"if {root}._v:")
-            lines.extend("    " + c for c in codes)
+            lines.extend(guarded(root, codes))
             # After an optional group the bit count depends on validity.
             n_known = n_known if group_known == n_known else None
     return "\n".join(lines)
@@ -105,6 +113,5 @@ def bit_string_code(items: list[FieldItem]) -> str:
         if root is None:
             lines.extend(codes)
         else:
-            lines.append(f"if {root}._v:")
-            lines.extend("    " + c for c in codes)
+            lines.extend(guarded(root, codes))
     return "\n".join(lines)

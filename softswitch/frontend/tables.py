@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from softswitch.frontend import ast
+from softswitch.frontend.emitter import Emitter
 from softswitch.frontend.errors import CompileError
 from softswitch.frontend.lowered import (
     ActionInfo,
@@ -196,11 +197,29 @@ class TableLowering(StatementLowering):
         return info, args
 
     def emit_table(self, decl: ast.TableDecl, info: TableInfo, sig: str, scope: Scope) -> None:
-        assert self.ctx is not None
+        """``t_<table>()`` for applies whose result is used; the code that statement
+        applies inline (a table is applied once, so inlining never duplicates it)."""
         out = self.out
         out(f"def t_{info.pyname}({sig}):")
         out.indent()
+        for line in self.table_apply_lines(decl, info, sig, scope, with_result=True):
+            out(line)
+        out("return _hit, _aid")
+        out.dedent()
+        self.table_code[info.name] = self.table_apply_lines(
+            decl, info, sig, scope, with_result=False
+        )
+
+    def table_apply_lines(
+        self, decl: ast.TableDecl, info: TableInfo, sig: str, scope: Scope, with_result: bool
+    ) -> list[str]:
+        """Lookup, direct counter and the chosen action; ``_hit``/``_aid`` when asked for."""
+        assert self.ctx is not None
+        saved = self.out
+        out = self.out = Emitter()
         sm = "_sm"  # the hidden standard_metadata every generated block receives
+        hit = "_hit = True" if with_result else None
+        miss = "_hit = False" if with_result else None
         if info.keys:
             codes: list[str] = []
             for key in decl.keys or []:
@@ -212,34 +231,41 @@ class TableLowering(StatementLowering):
             out("if _e is None:")
             out.indent()
             out(f"_c = {info.pyname}.default_action")
-            out("_hit = False")
+            if miss:
+                out(miss)
             out.dedent()
             out("else:")
             out.indent()
             if info.direct_counter is not None:
                 out(f"_e.counter.add({sm}.f_packet_length)")
             out("_c = _e.action")
-            out("_hit = True")
+            if hit:
+                out(hit)
             out.dedent()
         else:
             # A keyless table always runs its default action (a miss).
             out(f"_c = {info.pyname}.default_action")
-            out("_hit = False")
+            if miss:
+                out(miss)
         out("_aid = _c.action_id")
         # Actions without 'return' run inline (no call per packet); others are called.
         first = True
         for action_name, _scope_kind in info.actions:
             action = self.lowered.actions[action_name]
-            out(f"{'if' if first else 'elif'} _aid == {action_id_global(action_name)}:")
-            first = False
-            out.indent()
+            branch = Emitter()
+            self.out = branch
             if contains_return(action.decl.body):
-                out(f"{self.action_fn(action)}({sig}, *_c.params)")
+                branch(f"{self.action_fn(action)}({sig}, *_c.params)")
             else:
                 self.inline_action(action, scope)
-            out.dedent()
-        out("return _hit, _aid")
-        out.dedent()
+            self.out = out
+            if branch.lines == ["pass"]:
+                continue  # nothing to do for this action (NoAction)
+            out(f"{'if' if first else 'elif'} _aid == {action_id_global(action_name)}:")
+            first = False
+            out.lines.extend("    " * (out.depth + 1) + line for line in branch.lines)
+        self.out = saved
+        return out.lines
 
     def inline_action(self, info: ActionInfo, scope: Scope) -> None:
         assert self.ctx is not None
