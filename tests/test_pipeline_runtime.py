@@ -15,6 +15,7 @@ from softswitch.runtime import (
     EntryExistsError,
     EntryNotFoundError,
     ExactMatch,
+    FieldMatch,
     ImmutableError,
     InvalidEntryError,
     LpmMatch,
@@ -65,6 +66,38 @@ def test_insert_duplicate_modify_delete(beamer: CompiledProgram, state: RuntimeS
         state.delete_entry(lpm, {1: LpmMatch(0x0A000000, 8)}, 0)
     with pytest.raises(EntryNotFoundError):
         state.modify_entry(lpm, {1: LpmMatch(0x0A000000, 8)}, 0, ActionCall(forward, (1, 1)))
+
+
+def test_writes_of_valid_entries_share_the_checked_api_state(
+    beamer: CompiledProgram, state: RuntimeState
+) -> None:
+    """The methods for validated entries (the P4Runtime server's) keep the table, its
+    lookup structure and the checked API consistent, and still refuse duplicates."""
+    lpm, stage, forward, set_class, _noop = ids(beamer)
+    table = state.tables[stage]
+    matches: dict[int, FieldMatch] = {1: ExactMatch(7), 2: ExactMatch(2)}
+    key = table.key_of(matches, 0)
+    assert key == table.check_key(dict(reversed(matches.items())), 0)
+    entry = TableEntry(matches, ActionCall(set_class, (4,)))
+    table.insert_valid(key, entry)
+    assert table.lookup((7, 2)) is entry
+    assert table.get({1: ExactMatch(7), 2: ExactMatch(2)}, 0) is entry
+    with pytest.raises(EntryExistsError):
+        table.insert_valid(key, TableEntry(dict(matches), ActionCall(set_class, (5,))))
+    with pytest.raises(EntryExistsError):
+        state.insert_entry(stage, TableEntry(dict(matches), ActionCall(set_class, (5,))))
+    assert table.delete_valid(key) is entry
+    assert table.lookup((7, 2)) is None and table.find(key) is None
+    with pytest.raises(EntryNotFoundError):
+        table.delete_valid(key)
+    routes = state.tables[lpm]
+    short, long = {1: LpmMatch(0x0A000000, 8)}, {1: LpmMatch(0x0A010000, 16)}
+    routes.insert_valid(routes.key_of(short, 0), route(0x0A000000, 8, 1, forward))
+    routes.insert_valid(routes.key_of(long, 0), route(0x0A010000, 16, 2, forward))
+    assert routes.key_of(short, 0) != routes.key_of(long, 0)
+    assert routes.lookup((0x0A01FF01,)).action.params[1] == 2  # type: ignore[union-attr]
+    state.delete_entry(lpm, long, 0)
+    assert routes.lookup((0x0A01FF01,)).action.params[1] == 1  # type: ignore[union-attr]
 
 
 def test_lpm_longest_prefix_and_default(beamer: CompiledProgram, state: RuntimeState) -> None:
