@@ -179,9 +179,22 @@ def decode_table_update(buf: bytes) -> tuple[int, TableEntryData] | None:
 
 
 def _decode_table_update(buf: bytes) -> tuple[int, TableEntryData]:
+    end = len(buf)
+    # The usual layout, read inline: type (one byte), then an entity holding nothing but
+    # the table entry, both lengths below 128 and reaching exactly to the end.
+    if (
+        end > 6
+        and buf[0] == 0x08
+        and buf[1] < 0x80
+        and buf[2] == 0x12
+        and buf[3] == end - 4
+        and buf[4] == 0x12
+        and buf[5] == end - 6
+    ):
+        return buf[1], _decode_table_entry(buf, 6, end)
     update_type = 0
     entity: tuple[int, int] | None = None
-    pos, end = 0, len(buf)
+    pos = 0
     while pos < end:
         number, wire, pos = _tag(buf, pos)
         if number == 1 and wire == _VARINT:
@@ -209,7 +222,7 @@ def _decode_table_update(buf: bytes) -> tuple[int, TableEntryData]:
 def _decode_table_entry(buf: bytes, pos: int, end: int) -> TableEntryData:
     # Hot path: tags and lengths below 128 (nearly all of them) are read inline.
     entry = TableEntryData()
-    seen: set[int] = set()
+    seen = 0  # bit n set: singular field n was read
     while pos < end:
         key = buf[pos]
         if key < 0x80:
@@ -229,9 +242,11 @@ def _decode_table_entry(buf: bytes, pos: int, end: int) -> TableEntryData:
             if number == 2:
                 entry.matches.append(_decode_field_match(buf, start, pos))
                 continue
-        if number in seen:
+        if number > 13:
+            raise NotFastPath(f"TableEntry field {number}")
+        if seen >> number & 1:
             raise NotFastPath("repeated singular field")
-        seen.add(number)
+        seen |= 1 << number
         if wire == _VARINT:
             value, pos = _varint(buf, pos)
             if number == 1:
@@ -338,6 +353,19 @@ def _decode_table_action(buf: bytes, pos: int, end: int, entry: TableEntryData) 
         if key == 0x08:  # field 1, varint: action id
             entry.action_id, pos = _varint(buf, pos)
         elif key == 0x22:  # field 4, length-delimited: a parameter
+            # Usual shape, read inline: param id (< 128) then a value of < 126 bytes.
+            length = buf[pos]
+            if (
+                4 <= length < 0x80
+                and pos + 1 + length <= stop
+                and buf[pos + 1] == 0x10
+                and buf[pos + 2] < 0x80
+                and buf[pos + 3] == 0x1A
+                and buf[pos + 4] == length - 4
+            ):
+                pos += 1 + length
+                entry.params.append((buf[pos - length + 1], buf[pos - length + 4 : pos]))
+                continue
             param_start, pos = _span(buf, pos, stop)
             entry.params.append(_decode_param(buf, param_start, pos))
         else:
