@@ -60,6 +60,13 @@ def parse_key(table: TableInfo, entry: TableEntryData) -> ParsedKey:
             raise invalid(f"table '{table.name}' has no match field id {field_match.field_id}")
         if field_match.field_id in matches:
             raise invalid(f"match field '{info.name}' appears twice")
+        raw = field_match.value
+        if field_match.kind == "exact" == info.kind_name and raw:
+            # The common case inline; anything doubtful goes through _parse_field.
+            value = int.from_bytes(raw, "big")
+            if not value >> info.bitwidth:
+                matches[field_match.field_id] = ExactMatch(value)
+                continue
         matches[field_match.field_id] = _parse_field(info, field_match)
     for field_id in table.exact_field_ids:
         if field_id not in matches:
@@ -134,7 +141,11 @@ def parse_action(
             raise invalid(f"action '{info.name}' has no parameter id {param_id}")
         if param_id in params:
             raise invalid(f"parameter '{param_info.name}' of '{info.name}' appears twice")
-        params[param_id] = decode_unsigned(raw, param_info.bitwidth, param_info.label)
+        value = int.from_bytes(raw, "big")
+        if not raw or value >> param_info.bitwidth:
+            # Empty or too wide: decode_unsigned raises the OUT_OF_RANGE the spec asks for.
+            value = decode_unsigned(raw, param_info.bitwidth, param_info.label)
+        params[param_id] = value
     if len(params) != len(info.params):
         missing = [p.name for p in info.params.values() if p.param_id not in params]
         raise invalid(f"action '{info.name}' is missing parameter(s) {', '.join(missing)}")
