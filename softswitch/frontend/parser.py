@@ -379,6 +379,15 @@ class Parser:
         self.expect("}")
         return ast.ExternDecl(start.loc, name.text, type_params, methods)
 
+    def open_block_body(self, kind: str, start: Token, type_params: list[str]) -> None:
+        """After a parser or control signature: the subset has no generic blocks and no
+        constructor parameters; then the body opens."""
+        if type_params:
+            raise CompileError(start.loc, f"generic {kind}s are not supported")
+        if self.at("("):
+            raise CompileError(self.tok.loc, "constructor parameters are not supported")
+        self.expect("{")
+
     def parser_decl(self) -> ast.Decl:
         start = self.advance()
         name = self.ident("a parser name")
@@ -386,11 +395,7 @@ class Parser:
         params = self.params()
         if self.accept(";"):
             return ast.ParserTypeDecl(start.loc, name.text, "parser", type_params, params)
-        if type_params:
-            raise CompileError(start.loc, "generic parsers are not supported")
-        if self.at("("):
-            raise CompileError(self.tok.loc, "constructor parameters are not supported")
-        self.expect("{")
+        self.open_block_body("parser", start, type_params)
         local_decls: list[ast.Decl | ast.Stmt] = []
         states: list[ast.ParserState] = []
         while not self.at("}"):
@@ -476,11 +481,7 @@ class Parser:
         params = self.params()
         if self.accept(";"):
             return ast.ParserTypeDecl(start.loc, name.text, "control", type_params, params)
-        if type_params:
-            raise CompileError(start.loc, "generic controls are not supported")
-        if self.at("("):
-            raise CompileError(self.tok.loc, "constructor parameters are not supported")
-        self.expect("{")
+        self.open_block_body("control", start, type_params)
         local_decls: list[ast.Decl | ast.Stmt] = []
         apply: ast.Block | None = None
         while not self.at("}"):
