@@ -7,6 +7,13 @@ packet path. Writers take ``RuntimeState.lock``; the packet path reads without
 it because every update swaps or mutates a dict/tuple in one step, which
 CPython makes atomic (a packet sees the table before or after a write, never
 half of it).
+
+Writes come in two kinds. The public methods (``insert``, ``modify``, ``delete``,
+``get`` and the ``RuntimeState.*_entry`` wrappers) validate what they are given, for
+callers that hold plain integers. The P4Runtime server validates each update against
+the P4Info while decoding it, so it uses the methods for valid entries (``key_of``,
+``insert_valid``, ``delete_valid``, ``find``), which check only what depends on the
+table's contents: each write is validated once.
 """
 
 from __future__ import annotations
