@@ -68,19 +68,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seeds", default=None, help="comma-separated (default 1..5, quick 1)")
+    parser.add_argument(
+        "--policies", default="beamer,sincronia,fifo-lm,fair", help="beamer first, then baselines"
+    )
+    parser.add_argument("--only", default=None, help="comma-separated setting names to run")
     args = parser.parse_args()
     seeds = (
         [int(s) for s in args.seeds.split(",")]
         if args.seeds
         else ([1] if args.quick else [1, 2, 3, 4, 5])
     )
-    policies = ("beamer", "sincronia", "fifo-lm", "fair")
-    jobs = [(s, seed) for s in settings(args.quick) for seed in seeds]
+    policies = tuple(args.policies.split(","))
+    chosen = settings(args.quick)
+    if args.only:
+        wanted = set(args.only.split(","))
+        chosen = [s for s in chosen if s.name in wanted]
+    jobs = [(s, seed) for s in chosen for seed in seeds]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         futures = [pool.submit(one_run, s, seed, policies) for s, seed in jobs]
         runs = [future.result() for future in futures]
-    report: dict[str, Any] = {"seeds": seeds, "settings": {}}
-    for setting in settings(args.quick):
+    report: dict[str, Any] = {"seeds": seeds, "policies": list(policies), "settings": {}}
+    for setting in chosen:
         mine = [run for (s, _), run in zip(jobs, runs, strict=True) if s == setting]
         entry: dict[str, Any] = {"beamer_avg_sct_s": statistics.fmean(r["beamer"] for r in mine)}
         for name in policies[1:]:
