@@ -496,14 +496,17 @@ class P4RuntimeClient:
         """One Write RPC with all ``updates``; raises :class:`WriteError` listing each failure."""
         if not updates:
             return
-        request = p4runtime_pb2.WriteRequest(
-            device_id=self.device_id,
-            election_id=election_id_of(self.election_id),
-            atomicity=atomicity,
+        request = write_request_bytes(self.device_id, self.election_id, atomicity, updates)
+        channel = self._channel
+        self._rpc_stub()  # not connected: ConnectionLostError
+        assert channel is not None
+        raw_write = channel.unary_unary(
+            "/p4.v1.P4Runtime/Write",
+            request_serializer=None,  # already bytes
+            response_deserializer=p4runtime_pb2.WriteResponse.FromString,
         )
-        request.updates.extend(updates)
         try:
-            self._rpc_stub().Write(request, timeout=self.timeout_s)
+            raw_write(request, timeout=self.timeout_s)
         except grpc.RpcError as error:
             translated = _translate(error, f"{self.address}: Write")
             failures = _update_errors(error)
@@ -552,6 +555,39 @@ class P4RuntimeClient:
             raise _translate(error, f"{self.address}: Capabilities") from None
         version: str = reply.p4runtime_api_version
         return version
+
+
+def write_request_bytes(
+    device_id: int, election_id: int, atomicity: int, updates: Sequence[p4runtime_pb2.Update]
+) -> bytes:
+    """A serialised WriteRequest, byte for byte what ``SerializeToString`` gives.
+
+    Built from each update's own bytes: with protobuf in pure Python, putting the
+    updates into a WriteRequest message copies every one of them, which costs more than
+    serialising them (see docs/p4runtime.md).
+    """
+    head = p4runtime_pb2.WriteRequest(
+        device_id=device_id, election_id=election_id_of(election_id)
+    ).SerializeToString()
+    parts = [head]
+    for update in updates:
+        body = update.SerializeToString()
+        parts.append(_UPDATES_KEY + _varint_bytes(len(body)) + body)
+    # Fields after ``updates`` (4) in number order, as protobuf writes them.
+    parts.append(p4runtime_pb2.WriteRequest(atomicity=atomicity).SerializeToString())
+    return b"".join(parts)
+
+
+_UPDATES_KEY = bytes([4 << 3 | 2])  # WriteRequest.updates: field 4, length-delimited
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def update(kind: int, entry: p4runtime_pb2.TableEntry) -> p4runtime_pb2.Update:
