@@ -29,7 +29,7 @@ from typing import NamedTuple
 from p4.v1 import p4runtime_pb2
 
 from control.model import CoflowKey, StageKey
-from control.p4runtime_client import P4Names, encode_uint, update
+from control.p4runtime_client import P4Names, encode_uint
 from control.topology import Route
 
 MAX_UPDATES_PER_WRITE = 1000
@@ -413,9 +413,13 @@ def batches(
     step: WriteStep, names: P4Names, limit: int = MAX_UPDATES_PER_WRITE
 ) -> list[list[p4runtime_pb2.Update]]:
     """The P4Runtime updates of one step, split into Write RPCs of at most ``limit``."""
-    messages = [
-        update(kind, to_table_entry(key, action, names)) for kind, key, action in step.updates
-    ]
+    messages = []
+    for kind, key, action in step.updates:
+        # Filled in place: copying a finished entry into its Update would cost as much
+        # again with protobuf in pure Python.
+        message = p4runtime_pb2.Update(type=kind)
+        fill_table_entry(message.entity.table_entry, key, action, names)
+        messages.append(message)
     return [messages[i : i + limit] for i in range(0, len(messages), limit)]
 
 
@@ -424,8 +428,18 @@ def batches(
 
 def to_table_entry(key: EntryKey, action: ActionCall, names: P4Names) -> p4runtime_pb2.TableEntry:
     """Name-level entry → P4Runtime TableEntry (canonical byte strings)."""
+    entry = p4runtime_pb2.TableEntry()
+    fill_table_entry(entry, key, action, names)
+    return entry
+
+
+def fill_table_entry(
+    entry: p4runtime_pb2.TableEntry, key: EntryKey, action: ActionCall, names: P4Names
+) -> None:
+    """Write a name-level entry into an empty TableEntry (as :func:`to_table_entry`)."""
     table = names.table(key.table)
-    entry = p4runtime_pb2.TableEntry(table_id=table.id, priority=key.priority)
+    entry.table_id = table.id
+    entry.priority = key.priority
     for field_name, value in key.match:
         ref = table.match_field(field_name)
         match = entry.match.add()
@@ -445,7 +459,6 @@ def to_table_entry(key: EntryKey, action: ActionCall, names: P4Names) -> p4runti
         param = entry.action.action.params.add()
         param.param_id = param_ref.id
         param.value = encode_uint(param_value, param_ref.bitwidth)
-    return entry
 
 
 def from_table_entry(

@@ -1,13 +1,20 @@
-"""The controller's client sends WriteRequests it assembles from each update's bytes;
-they must be exactly what protobuf would serialise for the same request."""
+"""The controller builds each Update in place and sends WriteRequests it assembles from
+each update's bytes; both must give exactly what the plain protobuf way gives."""
 
 from __future__ import annotations
+
+import functools
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2
 
-from control.p4runtime_client import election_id_of, write_request_bytes
+from control.entries import ActionCall, EntryKey, Exact, Lpm, WriteStep, batches, to_table_entry
+from control.p4runtime_client import P4Names, election_id_of, update, write_request_bytes
+from softswitch.frontend import compile_file
+
+BEAMER_P4 = Path(__file__).resolve().parent.parent / "p4src" / "beamer.p4"
 
 Update = p4runtime_pb2.Update
 
@@ -45,3 +52,49 @@ def test_write_request_bytes_are_what_protobuf_serialises(
     data = write_request_bytes(device_id, election_id, atomicity, batch)
     assert data == request.SerializeToString()
     assert p4runtime_pb2.WriteRequest.FromString(data) == request
+
+
+@functools.cache
+def beamer_names() -> P4Names:
+    return P4Names.build(compile_file(BEAMER_P4).p4info)
+
+
+@st.composite
+def named_updates(draw: st.DrawFn) -> tuple[int, EntryKey, ActionCall]:
+    kind = draw(st.sampled_from([Update.INSERT, Update.MODIFY, Update.DELETE]))
+    if draw(st.booleans()):
+        table = beamer_names().table("MyIngress.coflow_class")
+        fields = sorted(table.match_fields.values(), key=lambda ref: ref.id)
+        match = tuple(
+            (ref.name, Exact(draw(st.integers(0, (1 << ref.bitwidth) - 1)))) for ref in fields
+        )
+        klass = draw(st.integers(0, 7))
+        return (
+            kind,
+            EntryKey(table.name, match),
+            ActionCall("MyIngress.set_class", (("class_id", klass),)),
+        )
+    length = draw(st.integers(1, 32))
+    prefix = draw(st.integers(0, 2**32 - 1)) >> (32 - length) << (32 - length)
+    key = EntryKey("MyIngress.ipv4_lpm", (("hdr.ipv4.dstAddr", Lpm(prefix, length)),))
+    action = ActionCall(
+        "MyIngress.ipv4_forward",
+        (("dstAddr", draw(st.integers(0, 2**48 - 1))), ("port", draw(st.integers(0, 511)))),
+    )
+    return kind, key, action
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(named_updates(), min_size=1, max_size=7), st.integers(1, 3))
+def test_batches_build_the_updates_the_plain_way_would(
+    changes: list[tuple[int, EntryKey, ActionCall]], limit: int
+) -> None:
+    names = beamer_names()
+    built = batches(WriteStep("make", tuple(changes)), names, limit=limit)
+    plain = [update(kind, to_table_entry(key, action, names)) for kind, key, action in changes]
+    assert [len(rpc) for rpc in built] == [
+        len(plain[i : i + limit]) for i in range(0, len(plain), limit)
+    ]
+    assert [u.SerializeToString() for rpc in built for u in rpc] == [
+        u.SerializeToString() for u in plain
+    ]
