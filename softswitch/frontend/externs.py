@@ -8,6 +8,7 @@ from softswitch.frontend.emitter import field_attr
 from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.expressions import ExpressionLowering
 from softswitch.frontend.field_lists import bit_string_code, csum16_code
+from softswitch.frontend.lowered import DROP_PORT
 from softswitch.frontend.scope import (
     ExternInstance,
     Scope,
@@ -24,8 +25,6 @@ from softswitch.frontend.types import (
     Void,
 )
 
-# v1model: egress_spec 511 drops the packet (BMv2 with 9-bit ports).
-DROP_PORT = 511
 SUPPORTED_HASHES = ("crc16", "crc32", "csum16", "identity", "xor16")
 
 

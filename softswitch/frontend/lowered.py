@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from softswitch.frontend import ast
 from softswitch.frontend.errors import SourceLocation
 
+# v1model: egress_spec 511 drops the packet (BMv2's default drop port with 9-bit ports).
+# The generated code writes it and the pipeline tests for it.
+DROP_PORT = 511
+
 
 @dataclass
 class ActionInfo:

@@ -6,15 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from softswitch.frontend.lowered import action_id_global
+from softswitch.frontend.lowered import DROP_PORT, action_id_global
 from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
 
 if TYPE_CHECKING:
     from softswitch.frontend import CompiledProgram
-
-# v1model: egress_spec 511 drops the packet (BMv2's default drop port with 9-bit ports).
-DROP_PORT = 511
 
 
 @dataclass(slots=True)
