@@ -317,6 +317,7 @@ class P4RuntimeClient:
         self.primary_election_id: int | None = None
         self._channel: grpc.Channel | None = None
         self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._write_bytes: grpc.UnaryUnaryMultiCallable | None = None
         self._requests: queue.Queue[p4runtime_pb2.StreamMessageRequest | None] = queue.Queue()
         self._arbitrated = threading.Event()
         self._stream_lost = threading.Event()
@@ -342,6 +343,11 @@ class P4RuntimeClient:
             ) from None
         self._channel = channel
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        self._write_bytes = channel.unary_unary(
+            "/p4.v1.P4Runtime/Write",
+            request_serializer=None,  # write() sends the request already serialised
+            response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+        )
         if not arbitrate:
             return False
         responses = self._stub.StreamChannel(self._request_iterator())
@@ -389,6 +395,7 @@ class P4RuntimeClient:
             self._reader.join(timeout=self.timeout_s)
         self._channel = None
         self._stub = None
+        self._write_bytes = None
 
     def __enter__(self) -> P4RuntimeClient:
         self.connect()
@@ -497,16 +504,10 @@ class P4RuntimeClient:
         if not updates:
             return
         request = write_request_bytes(self.device_id, self.election_id, atomicity, updates)
-        channel = self._channel
         self._rpc_stub()  # not connected: ConnectionLostError
-        assert channel is not None
-        raw_write = channel.unary_unary(
-            "/p4.v1.P4Runtime/Write",
-            request_serializer=None,  # already bytes
-            response_deserializer=p4runtime_pb2.WriteResponse.FromString,
-        )
+        assert self._write_bytes is not None
         try:
-            raw_write(request, timeout=self.timeout_s)
+            self._write_bytes(request, timeout=self.timeout_s)
         except grpc.RpcError as error:
             translated = _translate(error, f"{self.address}: Write")
             failures = _update_errors(error)
