@@ -19,9 +19,9 @@ context manager — normally, by exception, Ctrl-C or SIGTERM — removes it all
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +44,6 @@ DEFAULT_P4 = REPO_ROOT / "p4src" / "beamer.p4"
 EVENTS_ADDR = "127.0.0.1:9100"
 """The controller's HTTP port, on the fabric namespace's loopback."""
 
-PR_SET_PDEATHSIG = 1
 DEFAULT_QUEUE_DEPTH_PACKETS = 256
 READY_TIMEOUT_S = 60.0
 
@@ -84,12 +83,31 @@ def switch_interface(switch: str, port: int) -> str:
     return name if len(name) <= 15 else f"{switch[:6]}-p{port}"
 
 
-def _child_setup(niceness: int) -> None:
-    """Children die with the run even when it is SIGKILLed (``beamer clean`` does the rest)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if niceness:
-        os.nice(niceness)
+def spawn_prefix(namespace: str, niceness: int) -> list[str]:
+    """Commands that exec into each other before ``argv`` runs in ``namespace``.
+
+    Children die with the run even when it is SIGKILLed (``setpriv
+    --pdeathsig``; ``beamer clean`` does the rest), get their own session
+    (``setsid``) and priority (``nice``). Doing this with exec'd commands
+    instead of a ``preexec_fn`` lets Python start the child with
+    ``posix_spawn``: no Python code and no fork handlers run in a copy of a
+    process whose gRPC threads may be polling (a forked copy of such a
+    process can abort inside gRPC before it reaches ``exec``).
+    """
+    setsid = shutil.which("setsid") or "/usr/bin/setsid"
+    return [
+        setsid,
+        "setpriv",
+        "--pdeathsig",
+        "TERM",
+        "nice",
+        "-n",
+        str(niceness),
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+    ]
 
 
 @dataclass
@@ -318,7 +336,7 @@ class EmulatedNetwork:
         assert self.state is not None
         log_path = self.run_dir / f"{role}.log"
         log_file = log_path.open("wb")
-        command = ["ip", "netns", "exec", self.fabric_namespace, *argv]
+        command = [*spawn_prefix(self.fabric_namespace, niceness), *argv]
         # The run id in the environment marks the process as ours for leftover checks.
         environment = {
             **os.environ,
@@ -331,9 +349,7 @@ class EmulatedNetwork:
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
-            start_new_session=True,
-            preexec_fn=functools.partial(_child_setup, niceness),
+            close_fds=False,  # descriptors are close-on-exec; this keeps posix_spawn usable
         )
         self.state.add_process(popen.pid, role)
         process = ManagedProcess(role, popen, log_path, log_file)
