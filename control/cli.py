@@ -12,12 +12,12 @@ from control.errors import UserError
 # Each module defines ``register(subparsers)``, which adds its sub-commands and
 # sets ``func`` (args -> exit status) on them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "softswitch.switch_cli",
+    "sim.cli",
     "workloads.cli",
+    "softswitch.compile_cli",
+    "softswitch.switch_cli",
     "control.controller_cli",
     "bmv2_topos.cli",
-    "softswitch.compile_cli",
-    "sim.cli",
 )
 
 
