@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bmv2_topos import netns
+from control.files import atomic_write_text
 
 DEFAULT_RUNS_DIR = Path("/run/beamer")
 """Root-only tmpfs location; a reboot clears it along with the namespaces."""
@@ -124,9 +125,7 @@ class RunState:
             "namespaces": self.namespaces,
             "processes": [asdict(record) for record in self.processes],
         }
-        temporary = self.directory / (STATE_FILE + ".tmp")
-        temporary.write_text(json.dumps(document, indent=1))
-        os.replace(temporary, self.directory / STATE_FILE)
+        atomic_write_text(self.directory / STATE_FILE, json.dumps(document, indent=1))
 
     def owner_alive(self) -> bool:
         return process_start_ticks(self.owner_pid) == self.owner_start_ticks

@@ -20,11 +20,9 @@ says so in its status and log.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +66,7 @@ from control.events import (
     event_to_json,
     parse_event,
 )
+from control.files import atomic_write_text
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
 from control.p4runtime_client import (
     NotPrimaryError,
@@ -459,13 +458,7 @@ class EventJournal:
 
     def forget(self, experiment_id: int) -> None:
         self._kept = [(e, line) for e, line in self._kept if e != experiment_id]
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        try:
-            temporary.write_text("".join(line + "\n" for _, line in self._kept), encoding="utf-8")
-            os.replace(temporary, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                temporary.unlink()
+        atomic_write_text(self.path, "".join(line + "\n" for _, line in self._kept))
 
     def remember(self, experiment_id: int, event: Event) -> None:
         """Record a replayed event without writing it again."""

@@ -5,12 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from control.errors import UserError
+from control.files import atomic_write, atomic_write_text
 
 COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("avg SCT s", "avg_sct_s", 1.0),
@@ -51,30 +49,12 @@ def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str
     return "\n".join(out)
 
 
-def _atomic_write(target: Path, write: Callable[[Path], object]) -> None:
-    """Let ``write`` fill a temporary file beside ``target``, then rename it over."""
-    try:
-        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as error:
-        raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
-    os.close(fd)
-    temporary = Path(name)
-    try:
-        write(temporary)
-        os.replace(temporary, target)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
-        raise
-
-
 def write_csv(target: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    _atomic_write(target, lambda path: path.write_text(buffer.getvalue(), encoding="utf-8"))
+    atomic_write_text(target, buffer.getvalue())
 
 
 def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], title: str) -> None:
@@ -98,7 +78,7 @@ def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], titl
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
-    _atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
+    atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
     plt.close(figure)
 
 
@@ -117,5 +97,5 @@ def plot_normalised(target: Path, values: Mapping[str, float], reference: str, t
     axes.set_title(title)
     axes.tick_params(axis="x", rotation=30)
     figure.tight_layout()
-    _atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
+    atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
     plt.close(figure)

@@ -10,33 +10,16 @@ leaves a half-written output. When ``p4c`` is on PATH it also builds
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from control.errors import UserError
+from control.files import atomic_write_bytes
 from softswitch.frontend import CompiledProgram, compile_file
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; outputs are shared files
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def p4info_text(program: CompiledProgram) -> bytes:
@@ -90,8 +73,9 @@ def compile_command(args: argparse.Namespace) -> int:
     program = compile_file(source)
     stem = source.stem
     try:
-        write_atomically(out_dir / f"{stem}.p4info.txtpb", p4info_text(program))
-        write_atomically(out_dir / f"{stem}.softswitch.json", program.device_config())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out_dir / f"{stem}.p4info.txtpb", p4info_text(program))
+        atomic_write_bytes(out_dir / f"{stem}.softswitch.json", program.device_config())
     except OSError as error:
         raise UserError(f"cannot write to {out_dir}: {error.strerror or error}") from None
     print(f"wrote {out_dir / (stem + '.p4info.txtpb')} and {out_dir / (stem + '.softswitch.json')}")

@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 
 from control.errors import UserError
+from control.files import atomic_write_text, read_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
-from workloads.atomic import atomic_write_text
 
 BYTES_PER_MB = 1_048_576
 LINK_BPS = 1e9
@@ -52,14 +52,7 @@ class _LineError(Exception):
 def read(path: str | os.PathLike[str]) -> Workload:
     """Read a Coflow-Benchmark trace; malformed content raises :class:`UserError`."""
     source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{source}: no such file") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{source}: not UTF-8 text ({error.reason})") from None
-    except OSError as error:
-        raise UserError(f"{source}: cannot read: {error.strerror or error}") from None
+    text = read_text(source)
     return parse(text, str(source))
 
 

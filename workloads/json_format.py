@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from control.errors import UserError
+from control.files import atomic_write_text, read_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
-from workloads.atomic import atomic_write_text
 
 FORMAT_ID = "beamer-workload/1"
 MAX_ID = 0xFFFF
@@ -123,14 +123,7 @@ class _Invalid(Exception):
 def read(path: str | os.PathLike[str]) -> Workload:
     """Read a ``beamer-workload/1`` file; bad content raises :class:`UserError`."""
     source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{source}: no such file") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{source}: not UTF-8 text ({error.reason})") from None
-    except OSError as error:
-        raise UserError(f"{source}: cannot read: {error.strerror or error}") from None
+    text = read_text(source)
     return loads(text, str(source))
 
 
