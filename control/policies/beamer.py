@@ -47,6 +47,7 @@ class BeamerPolicy(BasePolicy):
         self.ordering = ordering
         self.split_trials = split_trials
         self._per_iteration: dict[tuple[int, int, int], np.ndarray] = {}
+        self._sync_bytes: dict[tuple[int, int, int], int] = {}
         self._future: dict[tuple[int, int], np.ndarray] = {}
 
     # -- demand vectors --
@@ -65,6 +66,14 @@ class BeamerPolicy(BasePolicy):
                     vector[num_hosts + flow.dst_host] += flow.size_bytes
             self._per_iteration[key] = vector
         return vector
+
+    def _trial_sync_bytes(self, experiment_id: int, stage_id: int, trial: TrialStage) -> int:
+        """Bytes of one iteration's synchronisation (cached: a sum over every flow)."""
+        key = (experiment_id, stage_id, trial.trial_id)
+        size = self._sync_bytes.get(key)
+        if size is None:
+            size = self._sync_bytes[key] = trial.sync_bytes
+        return size
 
     def _future_vector(
         self, experiment: Experiment, stage_index: int, num_hosts: int, ports: int
@@ -96,7 +105,10 @@ class BeamerPolicy(BasePolicy):
         for coflow in coflows:
             row = coflow.remaining_by_port
             if isinstance(row, PortVector):
-                vector[: len(row.array)] += row.array
+                if len(row.array) == ports:
+                    vector += row.array
+                else:
+                    vector[: len(row.array)] += row.array
             else:
                 for port, size in row.items():
                     vector[port] += size
@@ -115,7 +127,9 @@ class BeamerPolicy(BasePolicy):
                     experiment.experiment_id, stage.stage_id, trial, snapshot.num_hosts, ports
                 )
                 vector += left * per_iteration
-                trial_bytes[trial.trial_id] += left * trial.sync_bytes
+                trial_bytes[trial.trial_id] += left * self._trial_sync_bytes(
+                    experiment.experiment_id, stage.stage_id, trial
+                )
         if self.future_stages:
             vector += self.future_weight * self._future_vector(
                 experiment, state.stage_index, snapshot.num_hosts, ports
