@@ -8,25 +8,7 @@ import argparse
 import numpy as np
 
 from bench.common import emit, median_seconds
-from control.policies.bssi import bssi_order
-
-
-def reference_order(demand: list[list[float]]) -> list[int]:
-    """Textbook BSSI in plain Python (recomputes port loads every step)."""
-    alive = [i for i, row in enumerate(demand) if any(row)]
-    weights = [1.0] * len(demand)
-    reverse = []
-    while alive:
-        loads = [sum(demand[i][p] for i in alive) for p in range(len(demand[0]))]
-        b = max(range(len(loads)), key=lambda p: (loads[p], -p))
-        users = [i for i in alive if demand[i][b] > 0]
-        last = min(users, key=lambda i: (weights[i] / demand[i][b], -i))
-        scale = weights[last] / demand[last][b]
-        for i in users:
-            weights[i] -= scale * demand[i][b]
-        alive.remove(last)
-        reverse.append(last)
-    return [i for i, row in enumerate(demand) if not any(row)] + reverse[::-1]
+from control.policies.bssi import bssi_order, bssi_order_plain
 
 
 def workload(stages: int, ports: int, seed: int = 1) -> np.ndarray:
@@ -46,8 +28,8 @@ def main() -> None:
     numpy_s = median_seconds(lambda: bssi_order(demand), repeats)
     small = workload(200, 60, seed=2)
     small_list = small.tolist()
-    assert bssi_order(small) == reference_order(small_list)
-    reference_s = median_seconds(lambda: reference_order(small_list), 3)
+    assert bssi_order(small) == bssi_order_plain(small_list)
+    reference_s = median_seconds(lambda: bssi_order_plain(small_list), 3)
     numpy_small_s = median_seconds(lambda: bssi_order(small), repeats)
     emit(
         {

@@ -10,7 +10,7 @@ from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage
 from control.policies import POLICIES, get_policy
 from control.policies.aalo import MIB, AaloPolicy
 from control.policies.base import CoflowState, ExperimentState, Snapshot
-from control.policies.bssi import bssi_order
+from control.policies.bssi import bssi_order, bssi_order_plain
 
 GBPS = (1e9,) * 8  # 4 hosts: sender ports 0..3, receiver ports 4..7
 
@@ -168,27 +168,9 @@ def test_unknown_policy_is_a_user_error() -> None:
         get_policy("srpt")
 
 
-def plain_bssi(demand: list[list[float]]) -> list[int]:
-    """BSSI as Sincronia states it, recomputing every port load at each step."""
-    alive = [i for i, row in enumerate(demand) if any(row)]
-    weights = [1.0] * len(demand)
-    reverse = []
-    while alive:
-        loads = [sum(demand[i][p] for i in alive) for p in range(len(demand[0]))]
-        b = max(range(len(loads)), key=lambda p: (loads[p], -p))
-        users = [i for i in alive if demand[i][b] > 0]
-        last = min(users, key=lambda i: (weights[i] / demand[i][b], -i))
-        scale = weights[last] / demand[last][b]
-        for i in users:
-            weights[i] -= scale * demand[i][b]
-        alive.remove(last)
-        reverse.append(last)
-    return [i for i, row in enumerate(demand) if not any(row)] + reverse[::-1]
-
-
 def test_vectorised_bssi_matches_the_plain_statement() -> None:
     rng = np.random.default_rng(5)
     for _ in range(20):
         rows, ports = int(rng.integers(1, 30)), int(rng.integers(1, 12))
         demand = rng.exponential(1e6, size=(rows, ports)) * (rng.random((rows, ports)) < 0.4)
-        assert bssi_order(demand) == plain_bssi(demand.tolist())
+        assert bssi_order(demand) == bssi_order_plain(demand.tolist())

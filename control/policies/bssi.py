@@ -54,3 +54,25 @@ def bssi_order(demand: np.ndarray, weights: np.ndarray | None = None) -> list[in
         reverse.append(last)
     reverse.reverse()
     return empty + reverse
+
+
+def bssi_order_plain(demand: list[list[float]]) -> list[int]:
+    """BSSI as Sincronia states it, in plain Python, recomputing every port load at each step.
+
+    The reference that :func:`bssi_order` is checked and benchmarked against:
+    same order, same tie rules, no vectorisation.
+    """
+    alive = [i for i, row in enumerate(demand) if any(row)]
+    weights = [1.0] * len(demand)
+    reverse = []
+    while alive:
+        loads = [sum(demand[i][p] for i in alive) for p in range(len(demand[0]))]
+        b = max(range(len(loads)), key=lambda p: (loads[p], -p))
+        users = [i for i in alive if demand[i][b] > 0]
+        last = min(users, key=lambda i: (weights[i] / demand[i][b], -i))
+        scale = weights[last] / demand[last][b]
+        for i in users:
+            weights[i] -= scale * demand[i][b]
+        alive.remove(last)
+        reverse.append(last)
+    return [i for i, row in enumerate(demand) if not any(row)] + reverse[::-1]
