@@ -408,7 +408,7 @@ class EmulatedNetwork:
             address, _, port_text = switch.grpc_addr.rpartition(":")
             self._wait_listening(f"switch-{switch.name}", address, int(port_text))
             if (switch.target or self.target) == "bmv2" and switch.thrift_port is not None:
-                has_thrift = netns.call_in_netns(
+                has_thrift = netns.run_in_netns(
                     self.fabric_namespace,
                     functools.partial(bmv2.thrift_listening, switch.thrift_port),
                 )
@@ -459,7 +459,7 @@ class EmulatedNetwork:
                 return False
 
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not netns.call_in_netns(self.fabric_namespace, probe):
+        while not netns.run_in_netns(self.fabric_namespace, probe):
             self.check_processes()
             if time.monotonic() > deadline:
                 raise EmulationFailed(f"{role} did not listen on {host}:{port} in time")

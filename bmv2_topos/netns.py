@@ -8,26 +8,14 @@ then used from anywhere. Python 3.11 has no ``os.setns``; libc's is called.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import os
 import shutil
 import socket
 import subprocess
-import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Sequence
 
 from control.errors import UserError
-
-NETNS_DIR = Path("/run/netns")
-"""Where ``ip netns add`` pins named namespaces (iproute2 convention)."""
-
-CLONE_NEWNET = 0x40000000
-
-T = TypeVar("T")
+from softswitch.netns import NETNS_DIR, run_in_netns
 
 
 class CommandError(RuntimeError):
@@ -79,48 +67,8 @@ def list_namespaces() -> list[str]:
         return []
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    """Loaded once: ``find_library`` runs helper programs, far too slow per socket."""
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def _libc_setns(fd: int) -> None:
-    if _libc().setns(fd, CLONE_NEWNET) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
-
-
-def call_in_netns(namespace: str, function: Callable[[], T]) -> T:
-    """Run ``function`` on a fresh thread inside ``namespace`` and return its result.
-
-    Only that thread changes namespace (``setns`` is per thread for network
-    namespaces), so the caller and every other thread stay where they are.
-    """
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            fd = os.open(NETNS_DIR / namespace, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _libc_setns(fd)
-            finally:
-                os.close(fd)
-            outcome.append(function())
-        except BaseException as error:
-            failure.append(error)
-
-    thread = threading.Thread(target=body, name=f"netns-{namespace}", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
-
 def socket_in_netns(
     namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM
 ) -> socket.socket:
     """A socket living in ``namespace`` (its traffic uses that namespace's interfaces)."""
-    return call_in_netns(namespace, lambda: socket.socket(family, kind))
+    return run_in_netns(namespace, lambda: socket.socket(family, kind))

@@ -10,19 +10,15 @@ test or a benchmark can drive interfaces of several namespaces at once.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
-import os
 import socket
 import struct
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from control.errors import UserError
+from softswitch.netns import run_in_netns
 
 DROP_PORT = 511
 """v1model's drop port (``egress_spec`` 511 drops); no real port may use it."""
@@ -36,8 +32,6 @@ PACKET_IGNORE_OUTGOING = 23
 SIOCGIFMTU = 0x8921
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
-CLONE_NEWNET = 0x40000000
-NETNS_RUN_DIR = Path("/run/netns")
 ETHERNET_OVERHEAD_BYTES = 18
 """Ethernet header plus one VLAN tag: what a frame adds to the interface MTU."""
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -119,44 +113,6 @@ def parse_interface_spec(text: str) -> InterfaceSpec:
     if len(interface) >= 16 or "/" in interface or interface in {".", ".."}:
         raise UserError(f"-i {text}: {interface!r} is not a valid interface name")
     return InterfaceSpec(port, interface)
-
-
-ResultT = TypeVar("ResultT")
-
-
-def run_in_netns(netns: str | None, action: Callable[[], ResultT]) -> ResultT:
-    """Run ``action`` in network namespace ``netns`` (``None``: the current one).
-
-    Only a helper thread enters the namespace; sockets it opens stay bound to
-    that namespace after the thread ends, while the process stays where it is.
-    """
-    if netns is None:
-        return action()
-    path = NETNS_RUN_DIR / netns
-    if not path.exists():
-        raise UserError(f"network namespace {netns!r} does not exist ({path} missing)")
-    outcome: list[ResultT] = []
-    failure: list[BaseException] = []
-
-    def enter_and_run() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, f"setns({netns}): {os.strerror(code)}")
-            outcome.append(action())
-        except BaseException as error:
-            failure.append(error)
-        finally:
-            os.close(fd)
-
-    thread = threading.Thread(target=enter_and_run, name=f"netns-{netns}")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
 
 
 def _open_packet_socket(interface: str) -> tuple[socket.socket, int]:
