@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from controller_helpers import SmallestFirst, one_class_per_rank
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
@@ -24,7 +25,6 @@ from control.controller import Controller, ControllerConfig, PipelineArtifacts
 from control.entries import EntryMap, from_table_entry
 from control.errors import UserError
 from control.events import EventError
-from control.model import CoflowKey
 from control.p4runtime_client import P4Names, P4RuntimeClient
 from control.policies.base import Ranking, Snapshot
 from control.topology import Topology, parse_topology
@@ -116,22 +116,6 @@ class _Switch:
 
     def set_pipeline(self, pipeline: _Pipeline) -> None:
         self.pipeline = pipeline
-
-
-class SmallestFirst:
-    """Test policy: smallest remaining coflow first, one coflow per group."""
-
-    name: ClassVar[str] = "smallest-first"
-    clairvoyant: ClassVar[bool] = True
-    allocator: ClassVar[str] = "priority"
-
-    def rank(self, snapshot: Snapshot) -> Ranking:
-        ordered = sorted(snapshot.coflows, key=lambda c: (c.remaining_bytes, c.key))
-        return Ranking(tuple((c.key,) for c in ordered))
-
-
-def one_class_per_rank(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
-    return [(key, max(k - 1 - rank, 0)) for rank, key in enumerate(ranking.order())]
 
 
 @dataclass

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from controller_helpers import SmallestFirst, one_class_per_rank
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
 from control.controller_cli import embedded_artifacts, load_policy
 from control.entries import from_table_entry
-from control.model import CoflowKey
 from control.p4runtime_client import P4Names, P4RuntimeClient
 from control.policies.base import Ranking, Snapshot
 from control.topology import parse_topology
@@ -29,22 +29,6 @@ from softswitch.switch import Switch, VirtualClock
 
 P4_SOURCE = Path(__file__).resolve().parents[1] / "p4src" / "beamer.p4"
 HOSTS = (1, 2, 3)
-
-
-class SmallestFirst:
-    """Test policy: smallest remaining coflow first, one coflow per group."""
-
-    name: ClassVar[str] = "smallest-first"
-    clairvoyant: ClassVar[bool] = True
-    allocator: ClassVar[str] = "priority"
-
-    def rank(self, snapshot: Snapshot) -> Ranking:
-        ordered = sorted(snapshot.coflows, key=lambda c: (c.remaining_bytes, c.key))
-        return Ranking(tuple((c.key,) for c in ordered))
-
-
-def one_class_per_rank(ranking: Ranking, k: int) -> list[tuple[CoflowKey, int]]:
-    return [(key, max(k - 1 - rank, 0)) for rank, key in enumerate(ranking.order())]
 
 
 @pytest.fixture(scope="module")
