@@ -7,7 +7,7 @@ The caller holds the runtime lock, so one request sees one consistent state.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from p4.v1 import p4runtime_pb2
 
@@ -144,10 +144,9 @@ def _read_counter_entries(
     results: list[Entity] = []
     for counter_id in counter_ids:
         state = active.runtime.counter(counter_id)
-        if request.counter_id and request.HasField("index"):
-            indexes = [array_index(state.size, request.index.index, f"counter '{state.name}'")]
-        else:
-            indexes = list(range(state.size))
+        indexes = requested_indexes(
+            request, request.counter_id, state.size, f"counter '{state.name}'"
+        )
         for index in indexes:
             result = Entity()
             out = result.counter_entry
@@ -215,10 +214,9 @@ def _read_register_entries(
     results: list[Entity] = []
     for register_id in register_ids:
         state = runtime.register(register_id)
-        if request.register_id and request.HasField("index"):
-            indexes = [array_index(state.size, request.index.index, f"register '{state.name}'")]
-        else:
-            indexes = list(range(state.size))
+        indexes = requested_indexes(
+            request, request.register_id, state.size, f"register '{state.name}'"
+        )
         for index in indexes:
             result = Entity()
             out = result.register_entry
@@ -227,3 +225,10 @@ def _read_register_entries(
             out.data.bitstring = encode_unsigned(state.cells[index])
             results.append(result)
     return results
+
+
+def requested_indexes(request: Any, entity_id: int, size: int, what: str) -> list[int]:
+    """The one index a read of one counter or register names, else all of them."""
+    if entity_id and request.HasField("index"):
+        return [array_index(size, request.index.index, what)]
+    return list(range(size))
