@@ -2,9 +2,16 @@
 
 All hosts' agents run in one process on one asyncio loop (robust: nothing to
 coordinate across processes, one place to cancel on failure), but every
-socket is created inside its host's network namespace
-(:func:`bmv2_topos.netns.socket_in_netns`), so each byte travels
-host ``eth0`` → veth → switch → veth → host ``eth0`` as ordinary TCP.
+socket is created inside its host's network namespace (by a thread that
+lives there, :func:`bmv2_topos.netns.namespace_executor`), so each byte
+travels host ``eth0`` → veth → switch → veth → host ``eth0`` as ordinary TCP.
+
+The receiver tells its accepted connections apart by the sender's address
+and port, which the sender binds before connecting: setting a connection up
+takes only the handshake, whose segments carry no payload and so travel in
+the switch's ACK class. (An identifying first message would be data in the
+coflow's class, or in the default class before the controller has a stage
+entry, and would wait behind every higher class's backlog.)
 
 A trial keeps one connection per flow of its synchronisation pattern for the
 whole stage (as NCCL or a parameter server keeps its connections). Each
@@ -37,7 +44,6 @@ TAG_LENGTH = 12
 TAG_VERSION = 1
 AGENT_PORT = 5001
 CHUNK_BYTES = 256 * 1024
-_HELLO = struct.Struct("!Q")
 _HEADER = struct.Struct("!IQ")
 """Per transfer: iteration, payload bytes (lets the receiver check it is in step)."""
 
@@ -184,7 +190,8 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class HostAddress:
-    namespace: str
+    namespace: str | None
+    """``None``: the agent's own namespace (e.g. loopback addresses in tests)."""
     ip: str
 
 
@@ -204,6 +211,10 @@ class Connection:
         self.receiver.close()
 
 
+ConnectionKey = tuple[int, str, int]
+"""Receiving host index, sender IP, sender port: what tells accepted connections apart."""
+
+
 class HostAgents:
     """Listeners and connections of every host; used inside a running event loop."""
 
@@ -212,21 +223,32 @@ class HostAgents:
         self.port = port
         self._listeners: dict[int, socket.socket] = {}
         self._accept_tasks: list[asyncio.Task[None]] = []
-        self._pending: dict[int, asyncio.Future[socket.socket]] = {}
-        self._next_id = 1
-        self._identifying: set[asyncio.Task[None]] = set()
+        self._pending: dict[ConnectionKey, asyncio.Future[socket.socket]] = {}
+        self._executors: dict[int, ThreadPoolExecutor] = {}
         self._payload = memoryview(bytes(CHUNK_BYTES))
+
+    async def _socket_in(self, index: int) -> socket.socket:
+        """A new TCP socket in host ``index``'s namespace, made without blocking the loop."""
+        namespace = self.hosts[index].namespace
+        if namespace is None:
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        executor = self._executors.get(index)
+        if executor is None:
+            executor = self._executors[index] = netns.namespace_executor(namespace)
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, functools.partial(socket.socket, socket.AF_INET, socket.SOCK_STREAM)
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for index, host in self.hosts.items():
-            listener = netns.socket_in_netns(host.namespace)
+            listener = await self._socket_in(index)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host.ip, self.port))
-            listener.listen(256)
+            listener.listen(1024)
             listener.setblocking(False)
             self._listeners[index] = listener
-            self._accept_tasks.append(loop.create_task(self._accept_loop(listener)))
+            self._accept_tasks.append(loop.create_task(self._accept_loop(index, listener)))
 
     async def close(self) -> None:
         for task in self._accept_tasks:
@@ -238,52 +260,45 @@ class HostAgents:
             if future.done() and not future.cancelled() and future.exception() is None:
                 future.result().close()
             future.cancel()
+        for executor in self._executors.values():
+            executor.shutdown(wait=False, cancel_futures=True)
 
-    def _waiter(self, connection_id: int) -> asyncio.Future[socket.socket]:
-        if connection_id not in self._pending:
-            self._pending[connection_id] = asyncio.get_running_loop().create_future()
-        return self._pending[connection_id]
+    def _waiter(self, key: ConnectionKey) -> asyncio.Future[socket.socket]:
+        if key not in self._pending:
+            self._pending[key] = asyncio.get_running_loop().create_future()
+        return self._pending[key]
 
-    async def _accept_loop(self, listener: socket.socket) -> None:
+    async def _accept_loop(self, index: int, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            conn, _ = await loop.sock_accept(listener)
-            task = loop.create_task(self._identify(conn))
-            self._identifying.add(task)
-            task.add_done_callback(self._identifying.discard)
-
-    async def _identify(self, conn: socket.socket) -> None:
-        conn.setblocking(False)
-        try:
-            hello = await _recv_exactly(conn, _HELLO.size)
-        except (OSError, ConnectionError):
-            conn.close()
-            return
-        (connection_id,) = _HELLO.unpack(hello)
-        waiter = self._waiter(connection_id)
-        if waiter.done():
-            conn.close()
-        else:
-            waiter.set_result(conn)
+            conn, (peer_ip, peer_port) = await loop.sock_accept(listener)
+            conn.setblocking(False)
+            waiter = self._waiter((index, peer_ip, peer_port))
+            if waiter.done():
+                conn.close()
+            else:
+                waiter.set_result(conn)
 
     async def connect(self, src: int, dst: int, option: bytes) -> Connection:
         """A tagged connection from host ``src`` to host ``dst`` (SYN carries the tag)."""
         loop = asyncio.get_running_loop()
-        connection_id = self._next_id
-        self._next_id += 1
-        sender = netns.socket_in_netns(self.hosts[src].namespace)
+        sender = await self._socket_in(src)
+        key: ConnectionKey | None = None
         try:
             sender.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, option)
             sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sender.bind((self.hosts[src].ip, 0))
             sender.setblocking(False)
+            key = (dst, self.hosts[src].ip, sender.getsockname()[1])
+            waiter = self._waiter(key)
             await loop.sock_connect(sender, (self.hosts[dst].ip, self.port))
-            await loop.sock_sendall(sender, _HELLO.pack(connection_id))
-            receiver = await self._waiter(connection_id)
+            receiver = await waiter
         except BaseException:
             sender.close()
             raise
         finally:
-            self._pending.pop(connection_id, None)
+            if key is not None:
+                self._pending.pop(key, None)
         connection = Connection(sender, receiver)
         connection.tag(option)
         return connection

@@ -23,6 +23,7 @@ import functools
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -453,7 +454,7 @@ class EmulatedNetwork:
 
         def probe() -> bool:
             try:
-                with contextlib.closing(netns.socket.create_connection((host, port), 0.3)):
+                with contextlib.closing(socket.create_connection((host, port), 0.3)):
                     return True
             except OSError:
                 return False

@@ -2,20 +2,21 @@
 
 A socket belongs to the namespace of the thread that created it and keeps it for
 its whole life, so the host agents can live in one process: each socket is made
-on a short-lived thread that has entered the host's namespace with ``setns``,
-then used from anywhere. Python 3.11 has no ``os.setns``; libc's is called.
+on a thread that has entered the host's namespace with ``setns``, then used
+from anywhere. Python 3.11 has no ``os.setns``; libc's is called.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from control.errors import UserError
-from softswitch.netns import NETNS_DIR, run_in_netns
+from softswitch.netns import NETNS_DIR, enter_netns
+from softswitch.netns import run_in_netns as run_in_netns
 
 
 class CommandError(RuntimeError):
@@ -67,8 +68,12 @@ def list_namespaces() -> list[str]:
         return []
 
 
-def socket_in_netns(
-    namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM
-) -> socket.socket:
-    """A socket living in ``namespace`` (its traffic uses that namespace's interfaces)."""
-    return run_in_netns(namespace, lambda: socket.socket(family, kind))
+def namespace_executor(namespace: str) -> ThreadPoolExecutor:
+    """One thread that lives in ``namespace``: an event loop makes sockets there without
+    blocking (a new thread per socket would stall every transfer of the loop meanwhile)."""
+    return ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=f"netns-{namespace}",
+        initializer=enter_netns,
+        initargs=(namespace,),
+    )

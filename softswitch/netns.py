@@ -33,6 +33,20 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def enter_netns(netns: str) -> None:
+    """Move the calling thread (only it) into network namespace ``netns``."""
+    path = NETNS_DIR / netns
+    if not path.exists():
+        raise UserError(f"network namespace {netns!r} does not exist ({path} missing)")
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc().setns(fd, CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns({netns}): {os.strerror(code)}")
+    finally:
+        os.close(fd)
+
+
 def run_in_netns(netns: str | None, action: Callable[[], ResultT]) -> ResultT:
     """Run ``action`` in network namespace ``netns`` (``None``: the current one)."""
     if netns is None:
@@ -45,13 +59,7 @@ def run_in_netns(netns: str | None, action: Callable[[], ResultT]) -> ResultT:
 
     def enter_and_run() -> None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc().setns(fd, CLONE_NEWNET) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, f"setns({netns}): {os.strerror(code)}")
-            finally:
-                os.close(fd)
+            enter_netns(netns)
             outcome.append(action())
         except BaseException as error:
             failure.append(error)
