@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -415,6 +416,69 @@ class ScheduleState:
         )
 
 
+# --- stable class numbers ---------------------------------------------------------------
+
+DEMOTION_COST = 1.0
+PROMOTION_COST = 2.0
+"""Moving a group up costs more than moving it down: packets of the group already
+queued in the lower queue are then overtaken by its own new packets, and TCP takes
+the reordering for loss (spurious fast retransmits, a halved window)."""
+_HIGHER_CLASS_BONUS = 1e-3
+"""Among equally stable choices, higher classes (the plain rank mapping)."""
+
+
+def stable_classes(
+    groups: Sequence[Sequence[CoflowKey]],
+    queues: int,
+    previous: Callable[[Sequence[CoflowKey]], int | None],
+) -> list[int] | None:
+    """One distinct class per group, decreasing in rank order, moving as few as possible.
+
+    Strict priority depends only on the order of the classes, not their numbers,
+    so when the groups fit (one class each) any decreasing numbering schedules the
+    same. The plain mapping (first group in the top class, and so on) renumbers
+    every group below one that appears or goes idle between iterations; each such
+    promotion reorders the promoted flows' packets. This picks the numbering that
+    keeps ``previous(group)`` wherever the order allows, demoting rather than
+    promoting where it does not. ``None`` when the groups do not fit.
+    """
+    count = len(groups)
+    if count == 0:
+        return []
+    if count > queues:
+        return None
+    before = [previous(group) for group in groups]
+
+    def cost(index: int, klass: int) -> float:
+        old = before[index]
+        bonus = _HIGHER_CLASS_BONUS * (queues - 1 - klass)
+        if old is None or old == klass:
+            return bonus
+        return bonus + (DEMOTION_COST if klass < old else PROMOTION_COST)
+
+    # best[i][c]: least cost of groups i.. when group i takes class c (the rest below c).
+    inf = float("inf")
+    best = [[inf] * queues for _ in range(count)]
+    choice = [[-1] * queues for _ in range(count)]
+    for klass in range(queues):
+        best[count - 1][klass] = cost(count - 1, klass)
+    for index in range(count - 2, -1, -1):
+        running, argmin = inf, -1
+        for klass in range(queues):
+            # running = min over lower classes of best[index + 1][lower]
+            if klass > 0 and best[index + 1][klass - 1] < running:
+                running, argmin = best[index + 1][klass - 1], klass - 1
+            if argmin >= 0:
+                best[index][klass] = cost(index, klass) + running
+                choice[index][klass] = argmin
+    klass = min(range(queues), key=lambda c: (best[0][c], -c))
+    classes = [klass]
+    for index in range(count - 1):
+        klass = choice[index][klass]
+        classes.append(klass)
+    return classes
+
+
 # --- event journal ----------------------------------------------------------------------
 
 
@@ -594,6 +658,7 @@ class Controller(EventHandler):
         self.ranked: list[tuple[CoflowKey, int]] = []
         self.plan = ClassPlan({}, {}, {}, (), ())
         self._stage_memory: dict[StageKey, int] = {}
+        self._adopted_classes = False
         self.events_applied = 0
         self.last_reaction: Reaction | None = None
         self._changes = 0
@@ -752,7 +817,8 @@ class Controller(EventHandler):
         phase["snapshot"] += ranked_at - started
         if snapshot.coflows:
             ranking = self.policy.rank(snapshot)
-            self.ranked = list(self.assign_classes(ranking, self.config.queues))
+            assigned = list(self.assign_classes(ranking, self.config.queues))
+            self.ranked = self._renumber_stably(ranking, assigned)
         else:
             self.ranked = []
         planned_at = time.perf_counter()
@@ -775,6 +841,44 @@ class Controller(EventHandler):
         )
         self._stage_memory.update(self.plan.stage_classes)
         phase["plan"] += time.perf_counter() - planned_at
+
+    def _renumber_stably(
+        self, ranking: Ranking, assigned: list[tuple[CoflowKey, int]]
+    ) -> list[tuple[CoflowKey, int]]:
+        """The assigner's classes, renumbered by :func:`stable_classes` when that changes
+        nothing but the numbers: each group in one class of its own, in rank order."""
+        class_of = dict(assigned)
+        group_classes = []
+        for group in ranking.groups:
+            classes = {class_of[key] for key in group}
+            if len(classes) != 1:
+                return assigned
+            group_classes.append(classes.pop())
+        if any(a <= b for a, b in itertools.pairwise(group_classes)):
+            return assigned
+        before = dict(self.ranked)
+        memory = self._stage_memory
+
+        def previous(group: Sequence[CoflowKey]) -> int | None:
+            counts: dict[int, int] = {}
+            for key in group:
+                klass = before.get(key)
+                if klass is None:
+                    klass = memory.get(StageKey(key.experiment_id, key.stage_id))
+                if klass is not None:
+                    counts[klass] = counts.get(klass, 0) + 1
+            if not counts:
+                return None
+            return max(counts, key=lambda k: (counts[k], k))
+
+        renumbered = stable_classes(ranking.groups, self.config.queues, previous)
+        if renumbered is None:
+            return assigned
+        return [
+            (key, klass)
+            for group, klass in zip(ranking.groups, renumbered, strict=True)
+            for key in group
+        ]
 
     def _reschedule(self) -> tuple[int, int, int, int]:
         """Re-plan and bring every ready switch to the plan; returns write counts."""
@@ -895,6 +999,7 @@ class Controller(EventHandler):
         try:
             self._push_pipeline(session, client)
             self._read_back(session)
+            self._adopt_installed_classes(session)
             session.state = "ready"
             session.error = None
             self._sync(session)
@@ -956,6 +1061,26 @@ class Controller(EventHandler):
             if key.table in managed:
                 installed[key] = action
         session.installed = installed
+
+    def _adopt_installed_classes(self, session: SwitchSession) -> None:
+        """On this controller's first read-back, take the class numbers the switch holds
+        for the running stages as their history (a restart after a journal replay): the
+        stable numbering then keeps them instead of rewriting equivalent ones."""
+        if self._adopted_classes:
+            return
+        self._adopted_classes = True
+        with self._lock:
+            running = self.state.running_stages()
+        adopted: dict[StageKey, int] = {}
+        for stage in running:
+            key, _ = self._class_entries.stage(stage, 0)
+            action = session.installed.get(key)
+            if action is not None:
+                adopted[stage] = dict(action.params)[self.layout.class_param]
+        if adopted:
+            self._stage_memory = adopted
+            self.ranked = []
+            self._replan()
 
     def _supervise(self) -> None:
         last_counters = time.monotonic()
