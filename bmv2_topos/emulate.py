@@ -63,7 +63,8 @@ class RunResult:
     stages: list[StageRecord]
     alone_s: dict[tuple[int, int], float]
     wall_s: float
-    predicted_avg_sct_s: float | None = None
+    predicted_sct_s: dict[tuple[int, int], float] | None = None
+    """The simulator's SCT of each stage (experiment id, stage id); None: no simulator."""
     coflows: int = 0
     controller_lost: bool = False
 
@@ -84,6 +85,12 @@ class RunResult:
         return statistics.fmean(
             stage.sct_s / self.alone_s[stage.experiment_id, stage.stage_id] for stage in self.stages
         )
+
+    @property
+    def predicted_avg_sct_s(self) -> float | None:
+        if not self.predicted_sct_s:
+            return None
+        return statistics.fmean(self.predicted_sct_s.values())
 
     @property
     def emu_over_sim(self) -> float | None:
@@ -189,8 +196,10 @@ def alone_times(workload: Workload) -> dict[tuple[int, int], float]:
 # --- simulator prediction ---------------------------------------------------------------
 
 
-def predicted_avg_sct_s(workload: Workload, policy: str, queues: int) -> float | None:
-    """The flow-level simulator's average SCT for the same workload, policy and classes.
+def predicted_scts_s(
+    workload: Workload, policy: str, queues: int
+) -> dict[tuple[int, int], float] | None:
+    """The flow-level simulator's SCT per stage for the same workload, policy and classes.
 
     None when the simulator or the policy is not available (the table then says n/a).
     """
@@ -202,7 +211,7 @@ def predicted_avg_sct_s(workload: Workload, policy: str, queues: int) -> float |
     result = simulate(workload, get_policy(policy), SimConfig(num_classes=queues))
     if not result.sct_s:
         return None
-    return statistics.fmean(result.sct_s.values())
+    return {(key.experiment_id, key.stage_id): sct for key, sct in result.sct_s.items()}
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -281,7 +290,7 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
         stages=record.stages,
         alone_s=alone_times(workload),
         wall_s=time.monotonic() - started,
-        predicted_avg_sct_s=predicted_avg_sct_s(workload, policy, options.queues),
+        predicted_sct_s=predicted_scts_s(workload, policy, options.queues),
         coflows=len(record.coflows),
         controller_lost=controller_lost,
     )

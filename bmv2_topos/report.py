@@ -91,11 +91,15 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
                 "sct_s",
                 "alone_s",
                 "slowdown",
+                "sim_sct_s",
+                "emu_over_sim",
             ]
         )
         for run in report.runs:
+            predicted = run.predicted_sct_s or {}
             for stage in run.stages:
                 alone = run.alone_s[stage.experiment_id, stage.stage_id]
+                sim = predicted.get((stage.experiment_id, stage.stage_id))
                 writer.writerow(
                     [
                         run.key.policy,
@@ -107,6 +111,8 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
                         f"{stage.sct_s:.4f}",
                         f"{alone:.4f}",
                         f"{stage.sct_s / alone:.4f}",
+                        _fmt(sim, 4),
+                        _fmt(None if not sim else stage.sct_s / sim, 4),
                     ]
                 )
     summary_path = directory / "summary.csv"

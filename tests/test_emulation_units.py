@@ -201,3 +201,26 @@ def test_workload_file_larger_than_topology_is_refused(tmp_path: Path) -> None:
     topology = load_topology(REPO / "bmv2_topos" / "single_switch.json")
     with pytest.raises(UserError, match="uses 10 hosts"):
         emulation_workload(str(path), topology, seed=1)
+
+
+def test_stages_csv_sets_each_stage_against_the_simulators_sct(tmp_path: Path) -> None:
+    from bmv2_topos.agent import StageRecord
+    from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
+    from bmv2_topos.report import write_outputs
+
+    run = RunResult(
+        key=RunKey("beamer", 1),
+        stages=[StageRecord(0, 0, 0.0, 3.0), StageRecord(0, 1, 3.0, 4.0)],
+        alone_s={(0, 0): 1.0, (0, 1): 1.0},
+        wall_s=5.0,
+        predicted_sct_s={(0, 0): 2.0, (0, 1): 2.0},
+    )
+    write_outputs(EmulationReport([run]), tmp_path)
+    rows = (tmp_path / "stages.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    first = dict(zip(header, rows[1].split(","), strict=True))
+    second = dict(zip(header, rows[2].split(","), strict=True))
+    assert (first["sim_sct_s"], first["emu_over_sim"]) == ("2.0000", "1.5000")
+    assert (second["sim_sct_s"], second["emu_over_sim"]) == ("2.0000", "0.5000")
+    assert run.predicted_avg_sct_s == 2.0
+    assert run.emu_over_sim == 1.0
