@@ -22,11 +22,12 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from control.errors import UserError
-from control.model import CoflowKey, StageKey, Workload
+from control.model import CoflowKey, Flow, StageKey, Workload
 from control.policies.base import (
     Allocator,
     BasePolicy,
@@ -37,6 +38,9 @@ from control.policies.base import (
 )
 from control.quantize import Strategy, group_classes
 from sim.allocate import greedy, madd, priority_maxmin
+
+FlowModel = Literal["per-flow", "per-receiver"]
+FLOW_MODELS: tuple[FlowModel, ...] = ("per-flow", "per-receiver")
 
 COMPLETION_TOLERANCE = 1e-9
 """A flow with less than this fraction of its size (or 1e-3 bytes) left has completed."""
@@ -51,6 +55,8 @@ class SimConfig:
     allocator: Allocator | None = None
     """None: the policy's own allocator."""
     record_intervals: bool = False
+    flow_model: FlowModel = "per-flow"
+    """``per-receiver``: a coflow's flows into one receiver move together (:mod:`sim.grouped`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,8 @@ class Simulation:
         self._size = np.zeros(0)
         self._owner = np.zeros(0, dtype=np.int64)
         self._flow_id = np.zeros(0, dtype=np.int64)
+        self._mult = np.zeros(0, dtype=np.int64)
+        """Flows each entry stands for: 1 here, more in :mod:`sim.grouped`."""
         self._pending: list[tuple[np.ndarray, ...]] = []
         self._rates = np.zeros(0)
         self._flow_class = np.zeros(0, dtype=np.int64)
@@ -157,29 +165,38 @@ class Simulation:
         self._seq += 1
 
     def _flows_of(self, e: int, s: int, t: int) -> tuple[np.ndarray, ...]:
+        """The trial's network flows: (src port, dst port, bytes, flows per entry)."""
         key = (e, s, t)
         cached = self._trial_flows.get(key)
         if cached is None:
-            trial = self.workload.experiments[e].stages[s].trials[t]
-            network = [f for f in trial.sync_flows if f.src_host != f.dst_host]
-            for flow in network:
-                hosts = range(self.num_hosts)
-                if flow.src_host not in hosts or flow.dst_host not in hosts:
-                    raise UserError(
-                        f"experiment {self.workload.experiments[e].experiment_id}: flow "
-                        f"{flow.src_host}->{flow.dst_host} names a host outside "
-                        f"0..{self.num_hosts - 1}"
-                    )
-                if flow.size_bytes < 0:
-                    raise UserError(f"flow {flow.src_host}->{flow.dst_host}: negative size")
-            network = [f for f in network if f.size_bytes > 0]
-            cached = (
-                np.array([f.src_host for f in network], dtype=np.int64),
-                np.array([self.num_hosts + f.dst_host for f in network], dtype=np.int64),
-                np.array([float(f.size_bytes) for f in network]),
-            )
+            cached = self._entries(self._network_flows(e, s, t))
             self._trial_flows[key] = cached
         return cached
+
+    def _network_flows(self, e: int, s: int, t: int) -> list[Flow]:
+        """The trial's flows that cross the fabric, checked."""
+        trial = self.workload.experiments[e].stages[s].trials[t]
+        network = [f for f in trial.sync_flows if f.src_host != f.dst_host]
+        for flow in network:
+            hosts = range(self.num_hosts)
+            if flow.src_host not in hosts or flow.dst_host not in hosts:
+                raise UserError(
+                    f"experiment {self.workload.experiments[e].experiment_id}: flow "
+                    f"{flow.src_host}->{flow.dst_host} names a host outside "
+                    f"0..{self.num_hosts - 1}"
+                )
+            if flow.size_bytes < 0:
+                raise UserError(f"flow {flow.src_host}->{flow.dst_host}: negative size")
+        return [f for f in network if f.size_bytes > 0]
+
+    def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:
+        """One entry per flow."""
+        return (
+            np.array([f.src_host for f in network], dtype=np.int64),
+            np.array([self.num_hosts + f.dst_host for f in network], dtype=np.int64),
+            np.array([float(f.size_bytes) for f in network]),
+            np.ones(len(network), dtype=np.int64),
+        )
 
     def _release_stage(self, e: int, stage_index: int) -> None:
         experiment = self.workload.experiments[e]
@@ -224,13 +241,14 @@ class Simulation:
         run = self._runs[e]
         iteration = run.iterations_done[trial.trial_id]
         key = CoflowKey(experiment.experiment_id, stage.stage_id, trial.trial_id, iteration)
-        src, dst, size = self._flows_of(e, s, t)
+        entries = self._flows_of(e, s, t)
+        src, dst, size, mult = entries[:4]
         uid = self._next_uid
         self._next_uid += 1
         total = float(size.sum())
         self.result.coflow_release_s[key] = self.now_s
         self.result.coflow_bytes[key] = total
-        coflow = _Coflow(uid, key, self.now_s, total, 0.0, len(size), e, t)
+        coflow = _Coflow(uid, key, self.now_s, total, 0.0, int(mult.sum()), e, t)
         self._rerank_needed = True
         if len(size) == 0:
             self._coflow_done(coflow)
@@ -241,7 +259,8 @@ class Simulation:
         if self.config.record_intervals:
             for flow_id, flow_size in zip(ids.tolist(), size.tolist(), strict=True):
                 self.result.flow_sizes[flow_id] = flow_size
-        self._pending.append((src, dst, size, np.full(len(size), uid, dtype=np.int64), ids))
+        owner = np.full(len(size), uid, dtype=np.int64)
+        self._pending.append((src, dst, size, owner, ids, *entries[3:]))
 
     def _coflow_done(self, coflow: _Coflow) -> None:
         self.result.cct_s[coflow.key] = self.now_s - coflow.release_s
@@ -265,13 +284,18 @@ class Simulation:
         if not self._pending:
             return
         parts = list(zip(*self._pending, strict=True))
+        self._pending = []
+        self._append_rows(parts)
+
+    def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
+        """Add released entries (``parts[i]``: one array per coflow of field i)."""
         self._src = np.concatenate([self._src, *parts[0]])
         self._dst = np.concatenate([self._dst, *parts[1]])
         self._size = np.concatenate([self._size, *parts[2]])
         self._remaining = np.concatenate([self._remaining, *parts[2]])
         self._owner = np.concatenate([self._owner, *parts[3]])
         self._flow_id = np.concatenate([self._flow_id, *parts[4]])
-        self._pending = []
+        self._mult = np.concatenate([self._mult, *parts[5]])
 
     # -- scheduling --
 
@@ -284,10 +308,7 @@ class Simulation:
         count = len(uids)
         flat = rows * ports
         # Each flow's remaining bytes weigh on its sender port and on its receiver port.
-        matrix = np.bincount(flat + self._src, self._remaining, count * ports) + np.bincount(
-            flat + self._dst, self._remaining, count * ports
-        )
-        matrix = matrix.reshape(count, ports)
+        matrix = self._remaining_by_port(flat, count * ports).reshape(count, ports)
         states = []
         for row, uid in enumerate(uids.tolist()):
             coflow = self._coflows[uid]
@@ -318,6 +339,12 @@ class Simulation:
             port_capacity_bps=self.capacity_bps,
             coflows=tuple(states),
             experiments=experiments,
+        )
+
+    def _remaining_by_port(self, flat: np.ndarray, size: int) -> np.ndarray:
+        """Each flow's remaining bytes weigh on its sender and on its receiver port."""
+        return np.bincount(flat + self._src, self._remaining, size) + np.bincount(
+            flat + self._dst, self._remaining, size
         )
 
     def _rerank(self) -> None:
@@ -416,8 +443,20 @@ class Simulation:
         if not done.any():
             return
         finished_owners = self._owner[done]
-        keep = ~done
+        finished_flows = self._mult[done]
         self.result.delivered_bytes += float(self._remaining[done].sum())
+        self._keep_rows(~done)
+        uids = np.unique(finished_owners)
+        counts = np.bincount(np.searchsorted(uids, finished_owners), finished_flows, len(uids))
+        for uid, count in zip(uids.tolist(), counts.astype(np.int64).tolist(), strict=True):
+            coflow = self._coflows[uid]
+            coflow.flows_left -= count
+            if coflow.flows_left == 0:
+                coflow.sent_bytes = coflow.total_bytes
+                self._coflow_done(coflow)
+
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        """Drop the entries not in ``keep`` (finished flows)."""
         self._src = self._src[keep]
         self._dst = self._dst[keep]
         self._remaining = self._remaining[keep]
@@ -425,13 +464,7 @@ class Simulation:
         self._owner = self._owner[keep]
         self._flow_id = self._flow_id[keep]
         self._rates = self._rates[keep]
-        uids, counts = np.unique(finished_owners, return_counts=True)
-        for uid, count in zip(uids.tolist(), counts.tolist(), strict=True):
-            coflow = self._coflows[uid]
-            coflow.flows_left -= count
-            if coflow.flows_left == 0:
-                coflow.sent_bytes = coflow.total_bytes
-                self._coflow_done(coflow)
+        self._mult = self._mult[keep]
 
     def _next_threshold_s(self) -> float:
         if not self._thresholds or len(self._rates) == 0:
@@ -497,5 +530,9 @@ class Simulation:
 
 
 def simulate(workload: Workload, policy: BasePolicy, config: SimConfig | None = None) -> SimResult:
-    """Run ``policy`` over ``workload``; see :class:`SimConfig` for the queue mode."""
+    """Run ``policy`` over ``workload``; see :class:`SimConfig` for the queue and flow model."""
+    if config is not None and config.flow_model == "per-receiver":
+        from sim.grouped import GroupedSimulation
+
+        return GroupedSimulation(workload, policy, config).run()
     return Simulation(workload, policy, config).run()
