@@ -22,7 +22,7 @@ group's bytes per second); no port's capacity is ever exceeded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,10 +39,10 @@ class GroupSenders:
     """0/1 float matrix, coflows × sender ports: the senders of a coflow's groups."""
     lack_group: np.ndarray
     lack_port: np.ndarray
+    num_senders: int = field(init=False)
 
-    @property
-    def num_senders(self) -> int:
-        return int(self.base.shape[1])
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_senders", int(self.base.shape[1]))
 
     def load(self, weight: np.ndarray) -> np.ndarray:
         """Per sender port: the sum of ``weight`` over the groups sending through it."""

@@ -129,7 +129,9 @@ class GroupedSimulation(Simulation):
         if self.config.record_intervals:
             raise ValueError("interval recording needs the per-flow model")
         self._base: dict[int, np.ndarray] = {}
-        self._lack_id = np.zeros(0, dtype=np.int64)
+        self._base_matrix: np.ndarray | None = None
+        """The active coflows' sender sets stacked in uid order; None after a change."""
+        self._lack_row = np.zeros(0, dtype=np.int64)
         self._lack_port = np.zeros(0, dtype=np.int64)
 
     def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:
@@ -137,30 +139,38 @@ class GroupedSimulation(Simulation):
         return group_flows(network, self.num_hosts)
 
     def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
+        first_row = len(self._owner)
         super()._append_rows(parts)
-        owners, ids, lack_groups, lack_ports, bases = parts[3], parts[4], *parts[6:9]
-        for owner, id_array, lack_group, lack_port, base in zip(
-            owners, ids, lack_groups, lack_ports, bases, strict=True
+        owners, lack_groups, lack_ports, bases = parts[3], *parts[6:9]
+        rows, ports = [self._lack_row], [self._lack_port]
+        for owner, lack_group, lack_port, base in zip(
+            owners, lack_groups, lack_ports, bases, strict=True
         ):
             if len(owner):
                 self._base[int(owner[0])] = base
-                self._lack_id = np.concatenate([self._lack_id, id_array[lack_group]])
-                self._lack_port = np.concatenate([self._lack_port, lack_port])
+                rows.append(first_row + lack_group)
+                ports.append(lack_port)
+            first_row += len(owner)
+        self._lack_row = np.concatenate(rows)
+        self._lack_port = np.concatenate(ports)
+        self._base_matrix = None
 
     def _keep_rows(self, keep: np.ndarray) -> None:
         super()._keep_rows(keep)
-        still = np.isin(self._lack_id, self._flow_id)
-        self._lack_id = self._lack_id[still]
+        new_row = np.cumsum(keep) - 1
+        still = keep[self._lack_row]
+        self._lack_row = new_row[self._lack_row[still]]
         self._lack_port = self._lack_port[still]
 
     def _coflow_done(self, coflow: _Coflow) -> None:
         self._base.pop(coflow.uid, None)
+        self._base_matrix = None
         super()._coflow_done(coflow)
 
     def _senders(self, uids: np.ndarray, rows: np.ndarray) -> GroupSenders:
-        base = np.stack([self._base[uid] for uid in uids.tolist()])
-        lack_row = np.searchsorted(self._flow_id, self._lack_id)
-        return GroupSenders(rows, base, lack_row, self._lack_port)
+        if self._base_matrix is None:
+            self._base_matrix = np.stack([self._base[uid] for uid in uids.tolist()])
+        return GroupSenders(rows, self._base_matrix, self._lack_row, self._lack_port)
 
     def _remaining_by_port(self, flat: np.ndarray, size: int) -> np.ndarray:
         ports = self.num_ports
