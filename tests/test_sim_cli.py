@@ -116,3 +116,30 @@ def test_malformed_trace_names_file_and_line(
     err = capsys.readouterr().err.strip()
     assert "bad.txt:3" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "model"),
+    [([], "per-receiver"), (["--flow-model", "per-flow"], "per-flow")],
+)
+def test_traces_default_to_the_per_receiver_flow_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], model: str
+) -> None:
+    # Two mappers (ports 0, 1) each send reducer port 2 half of 200 MB.
+    trace = tmp_path / "shuffle.txt"
+    trace.write_text("3 1\n1 0 2 0 1 1 2:200.0\n")
+    status = main(["simulate", "--workload", str(trace), "--policies", "fair", *flag])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert f"flow model {model}" in out.splitlines()[0]
+    # 200 MB through receiver port 2 at 1 Gbit/s, in either model (table: 3 decimals).
+    row = next(line for line in out.splitlines() if line.startswith("fair"))
+    assert float(row.split()[1]) == pytest.approx(200 * 1_048_576 * 8 / 1e9, abs=5e-4)
+
+
+def test_json_workloads_default_to_the_per_flow_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    assert main(["simulate", "--workload", str(workload), "--policies", "fair"]) == 0
+    assert "flow model per-flow" in capsys.readouterr().out.splitlines()[0]
