@@ -381,16 +381,20 @@ class Simulation:
                 self._thresholds[uid_of[state.key]] = threshold
         self._rerank_needed = False
 
-    def _allocate(self) -> None:
-        owner = self._owner
-        if len(owner) == 0:
-            self._rates = np.zeros(0)
-            return
+    def _class_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active uids, each entry's coflow row, and each coflow's class and rank."""
         uids = self._active_uids()
-        rows = np.searchsorted(uids, owner)
+        rows = np.searchsorted(uids, self._owner)
         uid_list = uids.tolist()
         coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
         ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
+        return uids, rows, coflow_classes, ranks
+
+    def _allocate(self) -> None:
+        if len(self._owner) == 0:
+            self._rates = np.zeros(0)
+            return
+        _, rows, coflow_classes, ranks = self._class_arrays()
         flow_class = coflow_classes[rows]
         if self.allocator == "priority":
             self._rates = priority_maxmin(self._src, self._dst, flow_class, self.capacity)

@@ -194,11 +194,7 @@ class GroupedSimulation(Simulation):
         if len(self._owner) == 0:
             self._rates = np.zeros(0)
             return
-        uids = self._active_uids()
-        rows = np.searchsorted(uids, self._owner)
-        uid_list = uids.tolist()
-        coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
-        ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
+        uids, rows, coflow_classes, ranks = self._class_arrays()
         group_class = coflow_classes[rows]
         senders = self._senders(uids, rows)
         mult = self._mult.astype(float)
