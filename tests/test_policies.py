@@ -100,6 +100,20 @@ def test_fifo_lm_lets_a_heavy_head_share_with_the_next() -> None:
     assert policy.rank(snapshot(third, second, light)).groups == ((key(1),), (key(2),), (key(3),))
 
 
+def test_fifo_lm_takes_its_heavy_threshold_from_every_coflow_seen() -> None:
+    policy = get_policy("fifo-lm")
+    # Five one-byte coflows come and go: the size distribution is mostly one byte.
+    for k in range(10, 15):
+        policy.rank(snapshot(coflow(key(k), {0: 1.0, 4: 1.0}, arrival_s=0.0)))
+    big = coflow(key(1), {0: 95.0, 4: 95.0}, arrival_s=1.0, sent_bytes=5.0)  # 100 bytes
+    small = coflow(key(2), {1: 1.0, 5: 1.0}, arrival_s=2.0)  # 1 byte
+    # Over the seven seen (six of 1 byte, one of 100) the 0.8-quantile is 1 byte, so the
+    # big head, 5 bytes sent, is heavy and shares with the next. The two active coflows
+    # alone would put the threshold at 80.2 bytes and keep the small one waiting.
+    assert policy.rank(snapshot(small, big)).groups == ((key(1), key(2)),)
+    assert get_policy("fifo-lm").rank(snapshot(small, big)).groups == ((key(1),), (key(2),))
+
+
 def test_fair_puts_everything_in_one_group() -> None:
     a = coflow(key(1), {0: 1.0, 4: 1.0})
     b = coflow(key(2), {1: 5.0, 5: 5.0})
