@@ -50,6 +50,17 @@ class GroupSenders:
         lacking = np.bincount(self.lack_port, weight[self.lack_group], self.num_senders)
         return per_coflow @ self.base - lacking
 
+    def load_by_coflow(self, weight: np.ndarray) -> np.ndarray:
+        """Coflows × sender ports: the sum of ``weight`` over each coflow's groups per sender."""
+        coflows, senders = self.base.shape
+        per_coflow = np.bincount(self.coflow, weight, coflows)
+        lacking = np.bincount(
+            self.coflow[self.lack_group] * senders + self.lack_port,
+            weight[self.lack_group],
+            coflows * senders,
+        )
+        return per_coflow[:, None] * self.base - lacking.reshape(coflows, senders)
+
     def touches(self, ports: np.ndarray) -> np.ndarray:
         """Groups with at least one sender among the sender ports flagged in ``ports``."""
         flags = ports.astype(float)

@@ -177,17 +177,8 @@ class GroupedSimulation(Simulation):
         count = size // ports
         rows = flat // ports
         matrix = np.bincount(flat + self._dst, self._remaining, size).reshape(count, ports)
-        per_flow = self._remaining / self._mult
         senders = self._senders(self._active_uids(), rows)
-        per_coflow = np.bincount(rows, per_flow, count)
-        lack_row = senders.lack_group
-        matrix[:, : self.num_hosts] += per_coflow[:, None] * senders.base
-        lacking = np.bincount(
-            rows[lack_row] * self.num_hosts + self._lack_port,
-            per_flow[lack_row],
-            count * self.num_hosts,
-        )
-        matrix[:, : self.num_hosts] -= lacking.reshape(count, self.num_hosts)
+        matrix[:, : self.num_hosts] += senders.load_by_coflow(self._remaining / self._mult)
         return matrix.reshape(-1)
 
     def _allocate(self) -> None:

@@ -135,6 +135,11 @@ def test_grouped_allocation_respects_every_port(seed: int) -> None:
     assert (load <= capacity * (1 + 1e-9)).all()
     full = load >= capacity * (1 - 1e-9)
     assert (full[recv] | senders.touches(full[:hosts])).all()
+    # Per coflow, the sender load adds up to the whole, and each coflow's row stays
+    # on its own senders.
+    by_coflow = senders.load_by_coflow(rates)
+    np.testing.assert_allclose(by_coflow.sum(axis=0), senders.load(rates), atol=1e-12)
+    assert (by_coflow[senders.base == 0] == 0).all()
 
 
 def shuffle_coflow(
