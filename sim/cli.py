@@ -190,9 +190,10 @@ def resolve_flow_model(choice: str, workload: Workload) -> FlowModel:
     if choice == "auto":
         shuffle = workload.meta.get("generator") == "coflow-benchmark"
         return "per-receiver" if shuffle else "per-flow"
-    if choice not in FLOW_MODELS:
-        raise UserError(f"--flow-model: {choice!r} is not one of auto, {', '.join(FLOW_MODELS)}")
-    return "per-receiver" if choice == "per-receiver" else "per-flow"
+    for model in FLOW_MODELS:
+        if choice == model:
+            return model
+    raise UserError(f"--flow-model: {choice!r} is not one of auto, {', '.join(FLOW_MODELS)}")
 
 
 RunOutcome = tuple[dict[str, float], list[float], list[list[object]]]

@@ -304,11 +304,7 @@ class Simulation:
         return np.fromiter(self._coflows, dtype=np.int64, count=len(self._coflows))
 
     def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
-        ports = self.num_ports
-        count = len(uids)
-        flat = rows * ports
-        # Each flow's remaining bytes weigh on its sender port and on its receiver port.
-        matrix = self._remaining_by_port(flat, count * ports).reshape(count, ports)
+        matrix = self._remaining_by_port(uids, rows)
         states = []
         for row, uid in enumerate(uids.tolist()):
             coflow = self._coflows[uid]
@@ -341,11 +337,16 @@ class Simulation:
             experiments=experiments,
         )
 
-    def _remaining_by_port(self, flat: np.ndarray, size: int) -> np.ndarray:
-        """Each flow's remaining bytes weigh on its sender and on its receiver port."""
-        return np.bincount(flat + self._src, self._remaining, size) + np.bincount(
+    def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Coflows × ports: each flow's remaining bytes weigh on its sender and its receiver
+        port (``rows``: each entry's row in ``uids``)."""
+        ports = self.num_ports
+        size = len(uids) * ports
+        flat = rows * ports
+        matrix = np.bincount(flat + self._src, self._remaining, size) + np.bincount(
             flat + self._dst, self._remaining, size
         )
+        return matrix.reshape(len(uids), ports)
 
     def _rerank(self) -> None:
         self.result.reranks += 1

@@ -172,14 +172,13 @@ class GroupedSimulation(Simulation):
             self._base_matrix = np.stack([self._base[uid] for uid in uids.tolist()])
         return GroupSenders(rows, self._base_matrix, self._lack_row, self._lack_port)
 
-    def _remaining_by_port(self, flat: np.ndarray, size: int) -> np.ndarray:
+    def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         ports = self.num_ports
-        count = size // ports
-        rows = flat // ports
-        matrix = np.bincount(flat + self._dst, self._remaining, size).reshape(count, ports)
-        senders = self._senders(self._active_uids(), rows)
+        matrix = np.bincount(rows * ports + self._dst, self._remaining, len(uids) * ports)
+        matrix = matrix.reshape(len(uids), ports)
+        senders = self._senders(uids, rows)
         matrix[:, : self.num_hosts] += senders.load_by_coflow(self._remaining / self._mult)
-        return matrix.reshape(-1)
+        return matrix
 
     def _allocate(self) -> None:
         if len(self._owner) == 0:
