@@ -24,7 +24,16 @@ from control.controller import (
     Target,
 )
 from control.errors import UserError
-from control.events import EventClient, EventServer, default_socket_path
+from control.events import (
+    REQUEST_TIMEOUT_S,
+    EventClient,
+    EventServer,
+    ServerLimits,
+    default_socket_dir,
+    default_socket_path,
+    ensure_private_dir,
+    raise_open_files_limit,
+)
 from control.model import CoflowKey
 from control.policies import get_policy
 from control.policies.base import Policy, Ranking
@@ -57,7 +66,8 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--events-socket",
         default=None,
-        help=f"Unix socket for hosts in other namespaces (default {default_socket_path()})",
+        help="Unix socket for hosts in other namespaces (default "
+        f"{default_socket_path()}, in a directory only this user may write)",
     )
     run.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (> 0)")
     run.add_argument(
@@ -75,6 +85,12 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=None,
         help="keep accepted events in this file so a restarted controller continues",
+    )
+    run.add_argument(
+        "--events-timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        help="seconds a client has to send one whole request (default %(default)s)",
     )
     run.set_defaults(func=run_controller)
 
@@ -142,9 +158,16 @@ def run_controller(args: argparse.Namespace) -> int:
         raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
     if args.election_id <= 0:
         raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    if not 0 < args.events_timeout <= 3600:
+        raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
     if not args.counter_interval > 0:
         raise UserError(f"--counter-interval: {args.counter_interval} is not a positive number")
     topology = load_topology(args.topo)
+    if args.events_socket:
+        socket_path = args.events_socket
+    else:
+        ensure_private_dir(default_socket_dir())
+        socket_path = default_socket_path()
     targets: set[Target] = {s.target or args.target for s in topology.switches}
     artifacts: dict[Target, PipelineArtifacts] = {}
     if "embedded" in targets:
@@ -163,8 +186,9 @@ def run_controller(args: argparse.Namespace) -> int:
         journal_path=args.journal,
     )
     controller = Controller(config, policy, assign, policy_factory=lambda: get_policy(args.policy))
-    socket_path = args.events_socket or default_socket_path()
-    server = EventServer(controller, tcp_addr=args.events_addr, unix_path=socket_path)
+    limits = ServerLimits(request_timeout_s=args.events_timeout)
+    raise_open_files_limit(limits.max_connections + 256)
+    server = EventServer(controller, args.events_addr, socket_path, limits)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
