@@ -449,6 +449,8 @@ API_PATHS = {
 MAX_MESSAGE_CHARS = 300
 """Error messages in replies are cut to this length."""
 _READ_CHUNK = 64 * 1024
+LINGER_S = 1.0
+"""How long a connection closed after an error reply is drained."""
 
 
 class _Refuse(Exception):
@@ -687,6 +689,23 @@ class EventServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Before closing after an early reply, end our side and read away what the client
+        is still sending (briefly, boundedly): closing a socket with unread input resets
+        the connection, and the client could lose the reply."""
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER_S
+        budget = self.limits.max_body_bytes
+        with contextlib.suppress(OSError, TimeoutError):
+            while budget > 0 and (remaining := deadline - loop.time()) > 0:
+                data = await asyncio.wait_for(reader.read(_READ_CHUNK), remaining)
+                if not data:
+                    break
+                budget -= len(data)
+
     async def _receive(
         self, connection: h11.Connection, reader: asyncio.StreamReader, deadline: float
     ) -> Any:
@@ -771,6 +790,7 @@ class EventServer:
                 raise _Refuse(error.error_status_hint, f"malformed request: {error}") from None
         except _Refuse as refusal:
             await self._send(connection, writer, refusal.status, error_body(refusal.message), True)
+            await self._linger(reader, writer)
             return False
         finally:
             client.busy = False
