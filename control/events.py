@@ -760,14 +760,15 @@ class EventServer:
                 headers = {name.decode("latin-1"): value for name, value in request.headers}
                 path = request.target.decode("latin-1").partition("?")[0]
                 method = request.method.decode("latin-1")
-                self._check_origin(headers, listener)
+                origins = [value for name, value in request.headers if name == b"origin"]
+                self._check_origin(headers, origins, listener)
                 if path not in API_PATHS:
                     raise _Refuse(404, f"no such resource {_clip(path)}")
                 if method != API_PATHS[path]:
                     raise _Refuse(405, f"{_clip(method)} is not allowed on {path}")
                 if method == "GET":
-                    # Consume the end of the request (and any body, within the cap).
-                    await self._body(connection, reader, deadline)
+                    # Read to the end of the request; a body is read away, not kept.
+                    await self._body(connection, reader, deadline, keep=False)
                     if path.endswith("/health"):
                         status, payload = 200, {"ok": True}
                     else:
@@ -793,32 +794,36 @@ class EventServer:
             await self._linger(reader, writer)
             return False
         finally:
-            client.busy = False
             if release:
                 assert self._large is not None
                 self._large.release()
+        # Still busy while the reply goes out: an applied event's reply is never evicted.
         await self._send(connection, writer, status, payload, False)
+        client.busy = False
         return connection.our_state is h11.DONE and connection.their_state is h11.DONE
 
-    def _check_origin(self, headers: Mapping[str, bytes], listener: _Listener) -> None:
+    def _check_origin(
+        self, headers: Mapping[str, bytes], origins: Sequence[bytes], listener: _Listener
+    ) -> None:
         """Refuse what a web page could send: a foreign ``Origin`` (any, on the Unix
         socket), and on TCP a ``Host`` that is a DNS name (DNS rebinding)."""
         host = headers.get("host")
         if listener.tcp and host is not None and not _host_is_literal(host.decode("latin-1")):
             raise _Refuse(403, "Host must be localhost or an IP address")
-        origin = headers.get("origin")
-        if origin is None:
-            return
-        parts = urllib.parse.urlsplit(origin.decode("latin-1").strip())
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
         own = {"localhost", "127.0.0.1", "::1", listener.host}
-        if not (listener.tcp and parts.scheme == "http" and parts.hostname in own):
-            raise _Refuse(403, "cross-origin requests are refused")
-        if port != listener.port:
-            raise _Refuse(403, "cross-origin requests are refused")
+        for origin in origins:
+            parts = urllib.parse.urlsplit(origin.decode("latin-1").strip())
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if not (
+                listener.tcp
+                and parts.scheme == "http"
+                and parts.hostname in own
+                and port == listener.port
+            ):
+                raise _Refuse(403, "cross-origin requests are refused")
 
     def _check_post(self, headers: Mapping[str, bytes]) -> int | None:
         """The body's announced length (None when chunked) after the content-type check."""
@@ -840,7 +845,11 @@ class EventServer:
         return length
 
     async def _body(
-        self, connection: h11.Connection, reader: asyncio.StreamReader, deadline: float
+        self,
+        connection: h11.Connection,
+        reader: asyncio.StreamReader,
+        deadline: float,
+        keep: bool = True,
     ) -> bytes:
         parts: list[bytes] = []
         size = 0
@@ -850,7 +859,8 @@ class EventServer:
                 size += len(event.data)
                 if size > self.limits.max_body_bytes:
                     raise _Refuse(413, f"body larger than {self.limits.max_body_bytes} bytes")
-                parts.append(bytes(event.data))
+                if keep:
+                    parts.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(parts)
             else:

@@ -138,6 +138,15 @@ def test_requests_a_web_page_can_send_are_refused(controller: ControllerProcess)
         b"GET /v1/status HTTP/1.1\r\nHost: rebind.evil.example:%d\r\n\r\n" % controller.port,
     )
     assert status == 403
+    # A second, harmless Origin does not hide a foreign one.
+    body = _release(10)
+    status, _ = _raw(
+        controller,
+        b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Origin: http://evil.example\r\nOrigin: http://127.0.0.1:%d\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (controller.port, len(body), body),
+    )
+    assert status == 403
     connection = http.client.HTTPConnection(controller.host, controller.port, timeout=10)
     connection.request("GET", "/v1/status", headers={"Origin": "http://evil.example"})
     assert connection.getresponse().status == 403
