@@ -125,6 +125,9 @@ def main() -> None:
         serve()
         return
     half_open, requests, repeats = (200, 100, 1) if args.quick else (1000, 300, 3)
+    from control.events import raise_open_files_limit
+
+    raise_open_files_limit(half_open + 200)
     child = subprocess.Popen(
         [sys.executable, "-m", "bench.bench_events_api", "--serve"],
         cwd=Path(__file__).resolve().parents[1],
