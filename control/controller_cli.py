@@ -26,6 +26,7 @@ from control.controller import (
 from control.errors import UserError
 from control.events import EventClient, EventServer, default_socket_path
 from control.model import CoflowKey
+from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import get_policy
 from control.policies.base import Policy, Ranking
 from control.topology import load_topology
@@ -59,7 +60,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"Unix socket for hosts in other namespaces (default {default_socket_path()})",
     )
-    run.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (> 0)")
+    run.add_argument(
+        "--election-id",
+        default=format_election_id(DEFAULT_ELECTION_ID),
+        metavar="N|HIGH,LOW",
+        help="P4Runtime election id, an integer or HIGH,LOW as p4runtime-shell takes it "
+        "(default %(default)s = 2**65, above the tools' defaults)",
+    )
     run.add_argument(
         "--target",
         choices=("embedded", "bmv2"),
@@ -140,8 +147,10 @@ def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
-    if args.election_id <= 0:
-        raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    try:
+        election_id = parse_election_id(args.election_id)
+    except ValueError as error:
+        raise UserError(f"--election-id: {error}") from None
     if not args.counter_interval > 0:
         raise UserError(f"--counter-interval: {args.counter_interval} is not a positive number")
     topology = load_topology(args.topo)
@@ -157,7 +166,7 @@ def run_controller(args: argparse.Namespace) -> int:
         artifacts=artifacts,
         policy_name=args.policy,
         queues=args.queues,
-        election_id=args.election_id,
+        election_id=election_id,
         default_target=args.target,
         counter_interval_s=args.counter_interval,
         journal_path=args.journal,
