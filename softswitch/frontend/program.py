@@ -20,6 +20,8 @@ from pathlib import Path
 
 from p4.config.v1 import p4info_pb2
 
+from control.errors import UserError
+from control.files import parse_json
 from softswitch.frontend.compiler import lower
 from softswitch.frontend.errors import CompileError
 from softswitch.frontend.lowered import LoweredProgram
@@ -82,8 +84,10 @@ class CompiledProgram:
     ) -> CompiledProgram:
         """Load a device config; with ``p4info``, refuse it unless it matches."""
         try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            document = parse_json(data.decode("utf-8"), "device config")
+        except UnicodeDecodeError as error:
+            raise CompileError(None, f"device config is not UTF-8: {error.reason}") from None
+        except UserError as error:
             raise CompileError(None, f"device config is not JSON: {error}") from None
         if not isinstance(document, dict) or document.get("format") != DEVICE_CONFIG_FORMAT:
             raise CompileError(None, "device config is not a beamer-softswitch config")
