@@ -25,6 +25,7 @@ from control.controller import (
 )
 from control.errors import UserError
 from control.events import EventClient, EventServer, default_socket_path
+from control.files import read_text
 from control.model import CoflowKey
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import get_policy
@@ -129,9 +130,9 @@ def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> Pipeline
         )
     try:
         device_config = json_path.read_bytes()
-        p4info_text = p4info_path.read_text(encoding="utf-8")
     except OSError as error:
         raise UserError(f"{error.filename}: {error.strerror}") from None
+    p4info_text = read_text(p4info_path)
     p4info = p4info_pb2.P4Info()
     try:
         text_format.Parse(p4info_text, p4info)
