@@ -215,7 +215,7 @@ def show_status(args: argparse.Namespace) -> int:
 def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"policy {status['policy']}, {status['queues']} classes, election id "
-        f"{status['election_id']}, {status['events_applied']} events"
+        f"{format_election_id(status['election_id'])}, {status['events_applied']} events"
         + (
             f", last reaction {status['last_reaction_ms']} ms"
             if status.get("last_reaction_ms") is not None
@@ -226,6 +226,10 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for switch in status["switches"]:
         line = f"  {switch['name']:<8} {switch['address']:<22} {switch['state']}"
+        current = switch.get("election_id")
+        if current is not None and current != status["election_id"]:
+            # Taken back from a client with a higher id: the id the switch last saw.
+            line += f"  election id {format_election_id(current)}"
         if switch.get("error"):
             line += f"  ({switch['error']})"
         lines.append(line)
