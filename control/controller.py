@@ -14,7 +14,9 @@ the tables back and writes only what differs, and polls the stage counters
 that non-clairvoyant policies use as progress. A controller that restarts does
 the same on its first connection, so it neither duplicates nor leaves stale
 entries. A controller whose election id loses arbitration never writes and
-says so in its status and log.
+says so in its status and log; when the client that beat it leaves, it
+arbitrates again with the highest id the switch has seen and takes the switch
+back (docs/p4runtime.md, "Who may write").
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from control.events import (
 from control.journal import EventJournal
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
 from control.p4runtime_client import (
+    DEFAULT_ELECTION_ID,
     NotPrimaryError,
     P4NameError,
     P4Names,
@@ -542,7 +545,7 @@ class ControllerConfig:
     artifacts: Mapping[Target, PipelineArtifacts]
     policy_name: str
     queues: int = 8
-    election_id: int = 1
+    election_id: int = DEFAULT_ELECTION_ID
     default_target: Target = "embedded"
     layout: PipelineLayout = field(default_factory=PipelineLayout)
     supervise_interval_s: float = 0.5
@@ -928,6 +931,8 @@ class Controller(EventHandler):
             connect_timeout_s=min(self.config.rpc_timeout_s, CONNECT_TIMEOUT_S),
             on_stream_lost=lambda _c: self._wake.set(),
             on_arbitration=lambda _c, _primary: self._wake.set(),
+            # Take the switch back when a client with a higher id was primary and left.
+            reclaim=True,
         )
         try:
             primary = client.connect()
@@ -1183,6 +1188,7 @@ class Controller(EventHandler):
                         "state": s.state,
                         "error": s.error,
                         "provisions": s.provisions,
+                        "election_id": s.client.election_id if s.client is not None else None,
                         "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),
                     }
                     for s in self.sessions.values()

@@ -34,7 +34,9 @@ from control.events import (
     ensure_private_dir,
     raise_open_files_limit,
 )
+from control.files import read_text
 from control.model import CoflowKey
+from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import get_policy
 from control.policies.base import Policy, Ranking
 from control.topology import load_topology
@@ -69,7 +71,13 @@ def register(subparsers: Any) -> None:
         help="Unix socket for hosts in other namespaces (default "
         f"{default_socket_path()}, in a directory only this user may write)",
     )
-    run.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (> 0)")
+    run.add_argument(
+        "--election-id",
+        default=format_election_id(DEFAULT_ELECTION_ID),
+        metavar="N|HIGH,LOW",
+        help="P4Runtime election id, an integer or HIGH,LOW as p4runtime-shell takes it "
+        "(default %(default)s = 2**65, above the tools' defaults)",
+    )
     run.add_argument(
         "--target",
         choices=("embedded", "bmv2"),
@@ -138,9 +146,9 @@ def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> Pipeline
         )
     try:
         device_config = json_path.read_bytes()
-        p4info_text = p4info_path.read_text(encoding="utf-8")
     except OSError as error:
         raise UserError(f"{error.filename}: {error.strerror}") from None
+    p4info_text = read_text(p4info_path)
     p4info = p4info_pb2.P4Info()
     try:
         text_format.Parse(p4info_text, p4info)
@@ -156,8 +164,10 @@ def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
-    if args.election_id <= 0:
-        raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    try:
+        election_id = parse_election_id(args.election_id)
+    except ValueError as error:
+        raise UserError(f"--election-id: {error}") from None
     if not 0 < args.events_timeout <= 3600:
         raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
     if not args.counter_interval > 0:
@@ -180,7 +190,7 @@ def run_controller(args: argparse.Namespace) -> int:
         artifacts=artifacts,
         policy_name=args.policy,
         queues=args.queues,
-        election_id=args.election_id,
+        election_id=election_id,
         default_target=args.target,
         counter_interval_s=args.counter_interval,
         journal_path=args.journal,
@@ -229,7 +239,7 @@ def show_status(args: argparse.Namespace) -> int:
 def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"policy {status['policy']}, {status['queues']} classes, election id "
-        f"{status['election_id']}, {status['events_applied']} events"
+        f"{format_election_id(status['election_id'])}, {status['events_applied']} events"
         + (
             f", last reaction {status['last_reaction_ms']} ms"
             if status.get("last_reaction_ms") is not None
@@ -240,6 +250,10 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for switch in status["switches"]:
         line = f"  {switch['name']:<8} {switch['address']:<22} {switch['state']}"
+        current = switch.get("election_id")
+        if current is not None and current != status["election_id"]:
+            # Taken back from a client with a higher id: the id the switch last saw.
+            line += f"  election id {format_election_id(current)}"
         if switch.get("error"):
             line += f"  ({switch['error']})"
         lines.append(line)
