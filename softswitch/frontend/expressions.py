@@ -261,8 +261,13 @@ class ExpressionLowering(ReferenceResolution, ABC):
             if right.const is not None and right.const >= left.type.width:
                 # Every bit shifted out: fold to 0 rather than build a huge integer.
                 return self.maybe_fold(f"({left.code} & 0)", left.type, [left])
+            amount = right.code
+            if op == "<<" and right.const is None:
+                # A packet-borne amount is capped at the width: shifting by W already
+                # clears every bit, and a larger amount would only build a huge integer.
+                amount = f"min({right.code}, {left.type.width})"
             code = (
-                f"(({left.code} << {right.code}) & {mask})"
+                f"(({left.code} << {amount}) & {mask})"
                 if op == "<<"
                 else f"({left.code} >> {right.code})"
             )

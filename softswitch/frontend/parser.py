@@ -853,12 +853,29 @@ class Parser:
         left = self.unary()
         while True:
             token = self.tok
-            level = _BINARY_LEVEL.get(token.text) if token.kind == "op" else None
+            operator = ">>" if self._at_shift_right() else token.text
+            level = _BINARY_LEVEL.get(operator) if token.kind == "op" else None
             if level is None or level < min_level:
                 return left
             self.advance()
+            if operator == ">>":
+                self.advance()
             right = self.binary(level + 1)
-            left = ast.Binary(token.loc, token.text, left, right)
+            left = ast.Binary(token.loc, operator, left, right)
+
+    def _at_shift_right(self) -> bool:
+        """Two adjacent '>' in an expression: the lexer keeps them apart so that
+        nested type arguments (``bit<16>>``) close, and the operator joins them."""
+        token = self.tok
+        if self.pending_gt is not None or token.kind != "op" or token.text != ">":
+            return False
+        after = self.peek()
+        return (
+            after.kind == "op"
+            and after.text == ">"
+            and after.loc.line == token.loc.line
+            and after.loc.column == token.loc.column + 1
+        )
 
     def unary(self) -> ast.Expr:
         token = self.tok
