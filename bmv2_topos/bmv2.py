@@ -107,58 +107,43 @@ def htb_commands(interface: str, rate_mbps: float) -> list[str]:
 
 
 class Bmv2Process:
-    """One ``simple_switch_grpc`` on interfaces of a network namespace, for tests and
-    benchmarks: started with 8 priority queues and a loopback gRPC address inside the
-    namespace; :meth:`stop` (or leaving the ``with``) ends it and waits for it.
-
-    The P4Runtime server is reached from the namespace only, so callers open their
-    gRPC channel there (``softswitch.netns.run_in_netns``).
+    """One ``simple_switch_grpc`` on interfaces of a network namespace (benchmarks):
+    8 priority queues, P4Runtime on ``grpc_addr`` (a ``unix:`` socket path works from
+    any namespace). Leaving the ``with`` ends it and waits for it.
     """
 
     def __init__(
         self,
         netns: str,
         ports: Sequence[tuple[int, str]],
-        grpc_port: int = 9559,
+        grpc_addr: str,
         device_id: int = 0,
-        log_path: str | None = None,
     ) -> None:
         import subprocess
 
-        self.grpc_addr = f"127.0.0.1:{grpc_port}"
+        self.grpc_addr = grpc_addr
         argv = switch_command(
-            require_simple_switch_grpc(), device_id, ports, self.grpc_addr, thrift_port=None
+            require_simple_switch_grpc(), device_id, ports, grpc_addr, thrift_port=None
         )
-        self._log = open(log_path or "/dev/null", "wb")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             ["ip", "netns", "exec", netns, *argv],
             stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        self.netns = netns
 
-    def wait_listening(self, timeout_s: float = 30.0) -> None:
-        """Until the gRPC port accepts; UserError if the switch exits or never listens."""
-        from softswitch.netns import run_in_netns
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Until the Unix socket exists; UserError if the switch exits or never listens."""
+        from pathlib import Path
 
-        host, _, port = self.grpc_addr.rpartition(":")
+        path = Path(self.grpc_addr.removeprefix("unix:"))
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while not path.exists():
             if self.process.poll() is not None:
                 raise UserError(f"simple_switch_grpc exited with status {self.process.returncode}")
-
-            def probe() -> bool:
-                try:
-                    with socket.create_connection((host, int(port)), 0.3):
-                        return True
-                except OSError:
-                    return False
-
-            if run_in_netns(self.netns, probe):
-                return
-            time.sleep(0.1)
-        raise UserError(f"simple_switch_grpc did not listen on {self.grpc_addr} in {timeout_s} s")
+            if time.monotonic() > deadline:
+                raise UserError(f"simple_switch_grpc did not listen on {self.grpc_addr}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -168,11 +153,10 @@ class Bmv2Process:
             except Exception:
                 self.process.kill()
                 self.process.wait(10)
-        self._log.close()
 
     def __enter__(self) -> Bmv2Process:
         try:
-            self.wait_listening()
+            self.wait_ready()
         except BaseException:
             self.stop()
             raise

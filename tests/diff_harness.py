@@ -65,6 +65,8 @@ class SwitchUnderTest:
     client: P4RuntimeClient
     names: P4Names
     hosts: dict[int, LinuxPort]
+    p4info: p4info_pb2.P4Info
+    device_config: bytes
 
     def insert(self, entries: Sequence[tuple[EntryKey, ActionCall]]) -> None:
         self.client.write([self.update(key, action) for key, action in entries])
@@ -106,8 +108,14 @@ def _wait_for_socket(path: Path, process: subprocess.Popen[bytes], log: Path) ->
 
 
 @contextmanager
-def switch_under_test(target: str, source: Path, ports: int = 3) -> Iterator[SwitchUnderTest]:
-    """``target`` ("bmv2" or "embedded") running ``source``, pipeline set, hosts open."""
+def switch_under_test(
+    target: str, source: Path, ports: int = 3, set_pipeline: bool = True
+) -> Iterator[SwitchUnderTest]:
+    """``target`` ("bmv2" or "embedded") running ``source``, pipeline set, hosts open.
+
+    With ``set_pipeline=False`` the switch starts empty; the test sets the pipeline
+    (``SwitchUnderTest.p4info`` and ``device_config``) itself.
+    """
     tools = require("p4c", "simple_switch_grpc")
     bmv2_json, p4info_path = p4c_compile(source)
     p4info = p4info_pb2.P4Info()
@@ -138,10 +146,13 @@ def switch_under_test(target: str, source: Path, ports: int = 3) -> Iterator[Swi
         try:
             _wait_for_socket(sock, process, log)
             client.connect()
-            client.set_pipeline(p4info, device_config)
+            if set_pipeline:
+                client.set_pipeline(p4info, device_config)
             for index in range(ports):
                 hosts[index] = LinuxPort(f"h{index}", netns=netns)
-            yield SwitchUnderTest(target, netns, client, P4Names.build(p4info), hosts)
+            yield SwitchUnderTest(
+                target, netns, client, P4Names.build(p4info), hosts, p4info, device_config
+            )
         finally:
             client.close()
             for host in hosts.values():
