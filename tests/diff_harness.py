@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bmv2_tools import REPO_ROOT, p4c_compile, require
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
@@ -30,7 +31,6 @@ from control.entries import ActionCall, EntryKey, to_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient
 from softswitch.frontend import compile_file
 from softswitch.ports import LinuxPort
-from tests.bmv2_tools import REPO_ROOT, p4c_compile, require
 
 
 def ip(*args: str) -> None:

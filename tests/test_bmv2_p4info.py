@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bmv2_tools import REPO_ROOT, p4c_compile
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
@@ -22,7 +23,6 @@ from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.p4rt.pipeline_config import PipelineConfigs, p4info_difference
 from softswitch.p4rt.status import P4RuntimeError
 from softswitch.switch import Switch
-from tests.bmv2_tools import REPO_ROOT, p4c_compile
 
 PROGRAMS = [
     REPO_ROOT / "p4src" / "beamer.p4",

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from bmv2_tools import REPO_ROOT
+from diff_harness import SwitchUnderTest, switch_under_test
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 
 from control.entries import ActionCall, EntryKey, Exact, Lpm, Ternary
 from control.p4runtime_client import P4RuntimeError, WriteError
-from tests.bmv2_tools import REPO_ROOT
-from tests.diff_harness import SwitchUnderTest, switch_under_test
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bmv2_tools import REPO_ROOT
+from diff_harness import switch_under_test
 from scapy.layers.inet import IP, TCP, UDP, IPOption
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from control.entries import ActionCall, EntryKey, Exact, Lpm, Ternary
-from tests.bmv2_tools import REPO_ROOT
-from tests.diff_harness import switch_under_test
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 
