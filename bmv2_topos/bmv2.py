@@ -10,6 +10,11 @@ tiny guaranteed rate, ``ceil`` = link rate and HTB ``prio`` 7 − class (HTB
 serves lower ``prio`` first), and u32 filters on the DSCP that ``beamer.p4``
 writes (DSCP = 8 × class, i.e. TOS = class << 5). Spare bandwidth goes to the
 child with the lowest ``prio`` that has packets: strict priority at one rate.
+
+For that queue to be the bottleneck, BMv2 must never wait on it: its port
+sockets get send buffers that hold every class's queue
+(:func:`widen_send_buffers`), and its own egress queues the same depth over
+Thrift (:func:`thrift_call`). docs/emulation.md says what was measured.
 """
 
 from __future__ import annotations
