@@ -323,11 +323,15 @@ class EmulatedNetwork:
         return LinkEnd(self.fabric_namespace, switch_interface(endpoint.node, endpoint.port))
 
     def _shape_bmv2_ports(self) -> None:
+        """Strict priority at one rate on every shaped BMv2 port (see bmv2.py), each
+        class as deep as the embedded target's queues."""
+        depth = self.queue_depth_packets or DEFAULT_QUEUE_DEPTH_PACKETS
         lines: list[str] = []
         for switch in self.topology.switches:
             for port, link in self.topology.switch_ports(switch.name).items():
                 if link.rate_mbps is not None:
-                    lines += bmv2.htb_commands(switch_interface(switch.name, port), link.rate_mbps)
+                    interface = switch_interface(switch.name, port)
+                    lines += bmv2.htb_commands(interface, link.rate_mbps, depth)
         if lines:
             netns.run(["tc", "-n", self.fabric_namespace, "-batch", "-"], stdin="\n".join(lines))
 
@@ -417,9 +421,40 @@ class EmulatedNetwork:
                     print(
                         f"note: {switch.name}: nothing listens on Thrift port "
                         f"{switch.thrift_port} (BMv2 built without --with-thrift); "
-                        "simple_switch_CLI will not work, shaping uses HTB instead",
+                        "simple_switch_CLI will not work, shaping uses HTB instead; "
+                        "BMv2's egress queues keep their default depth",
                         file=sys.stderr,
                     )
+                else:
+                    self._set_bmv2_queue_depth(switch.name, switch.thrift_port)
+            if (switch.target or self.target) == "bmv2":
+                depth = self.queue_depth_packets or DEFAULT_QUEUE_DEPTH_PACKETS
+                try:
+                    widened = bmv2.widen_send_buffers(
+                        self.processes[f"switch-{switch.name}"].popen.pid,
+                        bmv2.PRIORITY_QUEUES * depth * bmv2.JUMBO_FRAME_TRUESIZE_BYTES,
+                    )
+                except OSError as error:
+                    widened, reason = 0, f": {error.strerror or error}"
+                else:
+                    reason = ""
+                if widened == 0:
+                    print(
+                        f"note: {switch.name}: could not widen BMv2's port send buffers"
+                        f"{reason}; busy ports will block its transmit thread "
+                        "(docs/emulation.md, BMv2)",
+                        file=sys.stderr,
+                    )
+
+    def _set_bmv2_queue_depth(self, switch: str, thrift_port: int) -> None:
+        """Give BMv2's egress queues the run's depth (its default is 64 packets)."""
+        depth = self.queue_depth_packets or DEFAULT_QUEUE_DEPTH_PACKETS
+        netns.run_in_netns(
+            self.fabric_namespace,
+            functools.partial(
+                bmv2.thrift_call, thrift_port, "set_all_egress_queue_depths", [(8, depth)]
+            ),
+        )
 
     def _start_controller(self) -> None:
         assert self.policy is not None

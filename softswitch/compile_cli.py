@@ -4,7 +4,8 @@ Writes ``<name>.p4info.txtpb`` (P4Info, protobuf text format) and
 ``<name>.softswitch.json`` (device config, see softswitch.frontend.program),
 each atomically (temporary file, then rename), so a failed compile never
 leaves a half-written output. When ``p4c`` is on PATH it also builds
-``<name>.json`` for BMv2 and checks that p4c's P4Info ids agree with ours.
+``<name>.json`` for BMv2 and checks that p4c's P4Info
+(``<name>.p4c.p4info.txtpb``) is ours: same objects, ids, order and annotations.
 """
 
 from __future__ import annotations
@@ -20,19 +21,16 @@ from p4.config.v1 import p4info_pb2
 from control.errors import UserError
 from control.files import atomic_write_bytes
 from softswitch.frontend import CompiledProgram, compile_file
+from softswitch.p4rt.pipeline_config import p4info_difference
+
+P4INFO_TEXT_HEADER = (
+    "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
+)
+"""The first lines p4c writes in a text P4Info (comments to the protobuf text parser)."""
 
 
 def p4info_text(program: CompiledProgram) -> bytes:
-    return text_format.MessageToString(program.p4info).encode()
-
-
-def ids_by_name(p4info: p4info_pb2.P4Info) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    for group in (p4info.tables, p4info.actions, p4info.counters, p4info.direct_counters,
-                  p4info.registers):  # fmt: skip
-        for item in group:
-            ids[item.preamble.name] = item.preamble.id
-    return ids
+    return (P4INFO_TEXT_HEADER + text_format.MessageToString(program.p4info)).encode()
 
 
 def run_p4c(source: Path, out_dir: Path, ours: p4info_pb2.P4Info) -> list[str]:
@@ -50,19 +48,18 @@ def run_p4c(source: Path, out_dir: Path, ours: p4info_pb2.P4Info) -> list[str]:
     if completed.returncode != 0:
         first = (completed.stderr.strip().splitlines() or ["(no output)"])[0]
         raise UserError(f"p4c failed on {source}: {first}")
+    print(f"wrote {out_dir / (source.stem + '.json')} and {p4c_info} with {p4c}")
     theirs = p4info_pb2.P4Info()
     try:
         text_format.Parse(p4c_info.read_text(), theirs)
     except (OSError, text_format.ParseError) as error:
         return [f"could not read p4c's P4Info {p4c_info}: {error}"]
-    mismatched = sorted(
-        name
-        for name, number in ids_by_name(ours).items()
-        if ids_by_name(theirs).get(name, number) != number
-    )
-    if mismatched:
-        return [f"p4c assigned different P4Info ids to: {', '.join(mismatched)}"]
-    return []
+    if theirs == ours:
+        return []
+    difference = p4info_difference(theirs, ours)
+    if difference:
+        return [f"p4c's P4Info {p4c_info} describes another program: {difference}"]
+    return [f"p4c's P4Info {p4c_info} means the same program but is written differently"]
 
 
 def compile_command(args: argparse.Namespace) -> int:

@@ -232,6 +232,7 @@ class Annotation:
     loc: SourceLocation
     name: str
     args: list[Expr]
+    text: str = ""  # as written, e.g. '@noWarn("unused")' (P4Info carries it so)
 
 
 @dataclass

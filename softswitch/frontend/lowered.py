@@ -46,6 +46,7 @@ class TableInfo:
     const_entries: list[tuple[list[tuple[str, int, int]], int, str, list[int]]] | None
     # const entries: ([(kind, a, b) per key], priority, action name, args)
     pyname: str = ""
+    annotations: list[str] = field(default_factory=list)  # as written, e.g. '@foo("x")'
 
 
 @dataclass

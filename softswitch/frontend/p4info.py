@@ -5,6 +5,16 @@ p4c gives every object the id ``prefix << 24 | (jenkins_one_at_a_time(name)
 result is deterministic; the alias is the shortest dot-separated suffix of
 the name that no other object shares. Doing the same means a controller
 written against p4c's P4Info works here unchanged.
+
+The objects also come in p4c's order, and with its annotations, so that
+``beamer compile`` and p4c write the same P4Info for the same program. p4c
+walks the evaluated program breadth first from the V1Switch package: the
+blocks in the package's order, each control's instances (tables, counters,
+registers) in declaration order. A control's actions come when the control
+is visited: first the global actions it uses (p4c copies them into the
+control, in the order the control first names them), then its own, in
+declaration order. Every annotation except @name, @id, @brief and
+@description is carried as written; p4c also writes an empty ``type_info``.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from softswitch.frontend.lowered import LoweredProgram
 
 PREFIX_ACTION = 0x01
 PREFIX_TABLE = 0x02
-PREFIX_REGISTER = 0x10
+PREFIX_REGISTER = 0x16  # p4runtime p4ids.h: REGISTER
 PREFIX_COUNTER = 0x12
 PREFIX_DIRECT_COUNTER = 0x13
 
@@ -79,12 +89,41 @@ def aliases(names: Iterable[str]) -> dict[str, str]:
     return result
 
 
+_NOT_CARRIED = frozenset({"name", "id", "brief", "description"})
+"""Annotations P4Info holds elsewhere (names, ids, documentation), as p4c leaves them out."""
+
+
+def carried_annotations(texts: Iterable[str]) -> list[str]:
+    """The annotations P4Info carries, in source order (each as written, ``@name(...)``)."""
+    return [text for text in texts if text[1:].split("(", 1)[0] not in _NOT_CARRIED]
+
+
+def p4c_action_order(lowered: LoweredProgram) -> list[str]:
+    """The actions tables use, in p4c's order: per control (package order), the global
+    actions in the order the control's tables first name them, then the control's own
+    actions in declaration order."""
+    used = {name for table in lowered.tables for name, _scope in table.actions}
+    order: list[str] = []
+    controls = list(dict.fromkeys(table.control for table in lowered.tables))
+    for control in controls:
+        for table in lowered.tables:
+            if table.control != control:
+                continue
+            for name in [n for n, _scope in table.actions] + [table.default_action]:
+                info = lowered.actions.get(name)
+                is_global = info is not None and info.control is None
+                if is_global and name in used and name not in order:
+                    order.append(name)
+        for name, info in lowered.actions.items():
+            if info.control == control and name in used and name not in order:
+                order.append(name)
+    # Anything left (not expected): keep it, after the rest, in a stable order.
+    order += sorted(used.difference(order))
+    return order
+
+
 def build_p4info(lowered: LoweredProgram) -> p4info_pb2.P4Info:
-    used_actions: list[str] = []
-    for table in lowered.tables:
-        for name, _scope in table.actions:
-            if name not in used_actions:
-                used_actions.append(name)
+    used_actions = p4c_action_order(lowered)
     ids = assign_ids(
         {
             PREFIX_ACTION: used_actions,
@@ -102,16 +141,19 @@ def build_p4info(lowered: LoweredProgram) -> p4info_pb2.P4Info:
         + [r.name for r in lowered.registers]
     )
 
-    def preamble(msg: p4info_pb2.Preamble, prefix: int, name: str) -> None:
+    def preamble(
+        msg: p4info_pb2.Preamble, prefix: int, name: str, annotations: Iterable[str] = ()
+    ) -> None:
         msg.id = ids[(prefix, name)]
         msg.name = name
         msg.alias = alias[name]
+        msg.annotations.extend(carried_annotations(annotations))
 
     info = p4info_pb2.P4Info()
     info.pkg_info.arch = "v1model"
-    for table in sorted(lowered.tables, key=lambda t: t.name):
+    for table in lowered.tables:
         t = info.tables.add()
-        preamble(t.preamble, PREFIX_TABLE, table.name)
+        preamble(t.preamble, PREFIX_TABLE, table.name, table.annotations)
         for index, key in enumerate(table.keys, start=1):
             mf = t.match_fields.add()
             mf.id = index
@@ -135,30 +177,32 @@ def build_p4info(lowered: LoweredProgram) -> p4info_pb2.P4Info:
         if table.const_entries is not None:
             t.is_const_table = True
             t.has_initial_entries = bool(table.const_entries)
-    for name in sorted(used_actions):
+    for name in used_actions:
         action = lowered.actions[name]
         a = info.actions.add()
-        preamble(a.preamble, PREFIX_ACTION, name)
+        preamble(a.preamble, PREFIX_ACTION, name, (x.text for x in action.decl.annotations))
         for index, (param_name, width) in enumerate(action.params, start=1):
             p = a.params.add()
             p.id = index
             p.name = param_name
             p.bitwidth = width
-    for counter in sorted(lowered.counters, key=lambda c: c.name):
+    for counter in lowered.counters:
         c = info.counters.add()
         preamble(c.preamble, PREFIX_COUNTER, counter.name)
         c.spec.unit = _COUNTER_UNITS[counter.unit]
         c.size = counter.size
-    for direct in sorted(lowered.direct_counters, key=lambda c: c.name):
-        if not direct.table:
-            continue
+    # p4c adds a direct counter with its table.
+    table_order = {table.name: index for index, table in enumerate(lowered.tables)}
+    attached = [d for d in lowered.direct_counters if d.table]
+    for direct in sorted(attached, key=lambda d: table_order.get(d.table, len(table_order))):
         d = info.direct_counters.add()
         preamble(d.preamble, PREFIX_DIRECT_COUNTER, direct.name)
         d.spec.unit = _COUNTER_UNITS[direct.unit]
         d.direct_table_id = ids[(PREFIX_TABLE, direct.table)]
-    for register in sorted(lowered.registers, key=lambda r: r.name):
+    for register in lowered.registers:
         r = info.registers.add()
         preamble(r.preamble, PREFIX_REGISTER, register.name)
         r.type_spec.bitstring.bit.bitwidth = register.bitwidth
         r.size = register.size
+    info.type_info.SetInParent()
     return info

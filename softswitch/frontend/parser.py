@@ -220,18 +220,22 @@ class Parser:
             at = self.advance()
             name = self.ident("an annotation name").text
             args: list[ast.Expr] = []
+            body: list[str] = []
             if self.at("("):
                 self.advance()
                 while not self.at(")"):
                     if self.tok.kind == "eof":
                         raise self.error("unterminated annotation")
+                    body.append(self.tok.text)
                     if self.tok.kind in ("str", "num") or self.at("true", "false"):
                         args.append(self.primary())
                     else:
                         self.advance()
-                    self.accept(",")
+                    if self.accept(","):
+                        body.append(", ")
                 self.expect(")")
-            result.append(ast.Annotation(at.loc, name, args))
+            text = f"@{name}({''.join(body)})" if body else f"@{name}"
+            result.append(ast.Annotation(at.loc, name, args, text))
         return result
 
     def declaration(self) -> ast.Decl:

@@ -98,6 +98,7 @@ class TableLowering(StatementLowering):
             None,
         )
         info_t.pyname = "T_" + name.replace(".", "_")
+        info_t.annotations = [a.text for a in decl.annotations]
         if decl.entries is not None:
             info_t.const_entries = self.const_entries(decl, keys, action_infos, scope)
         self.lowered.tables.append(info_t)

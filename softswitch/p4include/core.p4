@@ -28,6 +28,8 @@ extern packet_out {
 
 extern void verify(in bool check, in error toSignal);
 
+/* p4c's core.p4 marks it so; its P4Info carries the annotation. */
+@noWarn("unused")
 action NoAction() {}
 
 match_kind {

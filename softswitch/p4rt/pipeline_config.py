@@ -1,8 +1,10 @@
 """The device's forwarding-pipeline configs: the committed one, and one saved for COMMIT.
 
 The device config is our own JSON (``CompiledProgram.device_config()``); a P4Info that
-differs from the program's is refused, so every later request is checked against the
-P4Info the data plane really runs. Reads and writes go to the saved config's fresh state
+does not mean the same program is refused, so every later request is checked against the
+P4Info the data plane really runs. "The same" ignores what compilers are free to choose
+(see :func:`canonical_p4info`): p4c's P4Info for a program is accepted with our device
+config for it. Reads and writes go to the saved config's fresh state
 between VERIFY_AND_SAVE and COMMIT (spec §15): they fill the saved, not yet running
 pipeline, which COMMIT then swaps in.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from google.protobuf.message import Message
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
@@ -124,7 +127,8 @@ class PipelineConfigs:
                 program=program,
                 device_config=config.p4_device_config,
                 cookie=config.cookie.cookie if config.HasField("cookie") else None,
-                index=P4InfoIndex.build(program.p4info),
+                # Get returns the P4Info as the client sent it (p4c's order and annotations).
+                index=P4InfoIndex.build(config.p4info),
             ),
             pipeline,
         )
@@ -201,11 +205,103 @@ class PipelineConfigs:
         self._commit(verified)
 
 
+def _strip_annotations(message: Message) -> None:
+    """Clear annotations and documentation, here and in every nested message."""
+    for descriptor, value in list(message.ListFields()):
+        if descriptor.name in ("annotations", "structured_annotations", "doc"):
+            message.ClearField(descriptor.name)
+        elif descriptor.message_type is not None:
+            if descriptor.label == descriptor.LABEL_REPEATED:
+                if descriptor.message_type.GetOptions().map_entry:
+                    continue
+                for item in value:
+                    _strip_annotations(item)
+            else:
+                _strip_annotations(value)
+
+
+def _sort_repeated(message: Message) -> None:
+    """Order every repeated message field by its items' id (or preamble id), recursively."""
+    for descriptor, value in list(message.ListFields()):
+        if descriptor.message_type is None or descriptor.message_type.GetOptions().map_entry:
+            continue
+        items = list(value) if descriptor.label == descriptor.LABEL_REPEATED else [value]
+        for item in items:
+            _sort_repeated(item)
+        if descriptor.label != descriptor.LABEL_REPEATED or not items:
+            continue
+        fields = descriptor.message_type.fields_by_name
+        if "preamble" in fields:
+            key = lambda item: item.preamble.id  # noqa: E731
+        elif "id" in fields:
+            key = lambda item: item.id  # noqa: E731
+        else:
+            continue
+        ordered = [type(item)() for item in items]
+        for target, source in zip(ordered, sorted(items, key=key), strict=True):
+            target.CopyFrom(source)
+        del value[:]
+        value.extend(ordered)
+
+
+def canonical_p4info(p4info: p4info_pb2.P4Info) -> p4info_pb2.P4Info:
+    """What a P4Info means to this target, in one form.
+
+    Two P4Infos of the same program can differ in what the spec leaves free: the
+    order of objects, annotations and documentation (compilers add their own, e.g.
+    p4c's ``@noWarn("unused")`` on NoAction), package details beyond the
+    architecture, and an empty ``type_info``. All of that is cleared or sorted by id;
+    ids, names, aliases, match fields, parameters, scopes, sizes and resources stay.
+    """
+    canonical = p4info_pb2.P4Info()
+    canonical.CopyFrom(p4info)
+    arch = canonical.pkg_info.arch
+    canonical.ClearField("pkg_info")
+    if arch:
+        canonical.pkg_info.arch = arch
+    if canonical.HasField("type_info") and canonical.type_info.ByteSize() == 0:
+        canonical.ClearField("type_info")
+    _strip_annotations(canonical)
+    # Direct resources of a table are a set.
+    for table in canonical.tables:
+        resources = sorted(table.direct_resource_ids)
+        del table.direct_resource_ids[:]
+        table.direct_resource_ids.extend(resources)
+    _sort_repeated(canonical)
+    return canonical
+
+
 def p4info_difference(sent: p4info_pb2.P4Info, program: p4info_pb2.P4Info) -> str:
-    """Empty when equal; otherwise the first top-level P4Info field that differs."""
+    """Empty when both mean the same program; otherwise what differs first.
+
+    Names the top-level P4Info field and, for its objects, the first one (by id)
+    that is missing, extra or different.
+    """
     if sent == program:
         return ""
+    ours, theirs = canonical_p4info(program), canonical_p4info(sent)
+    if ours == theirs:
+        return ""
     for descriptor in p4info_pb2.P4Info.DESCRIPTOR.fields:
-        if getattr(sent, descriptor.name) != getattr(program, descriptor.name):
-            return f"'{descriptor.name}' differs"
+        name = descriptor.name
+        mine, other = getattr(ours, name), getattr(theirs, name)
+        if mine == other:
+            continue
+        if descriptor.label == descriptor.LABEL_REPEATED and "preamble" in (
+            descriptor.message_type.fields_by_name
+        ):
+            by_id_mine = {item.preamble.id: item for item in mine}
+            by_id_other = {item.preamble.id: item for item in other}
+            for object_id in sorted(by_id_mine.keys() | by_id_other.keys()):
+                a, b = by_id_mine.get(object_id), by_id_other.get(object_id)
+                if a == b:
+                    continue
+                if a is None:
+                    assert b is not None
+                    extra = f"{b.preamble.name} (id {object_id})"
+                    return f"'{name}' differs: {extra} is not in the program"
+                if b is None:
+                    return f"'{name}' differs: {a.preamble.name} (id {object_id}) is missing"
+                return f"'{name}' differs: {a.preamble.name} (id {object_id})"
+        return f"'{name}' differs"
     return "the messages differ"

@@ -4,6 +4,8 @@
  * arithmetic, select ranges and masks, verify, exit, setInvalid, enums,
  * control-level variables and the preprocessor. Frames carry an "op"
  * header after Ethernet (EtherType 0x88B5, local experimental). */
+/* register<T, I> needs v1model of 2020-04-08 or later (p4c defaults to an older one). */
+#define V1MODEL_VERSION 20200408
 #include <core.p4>
 #include <v1model.p4>
 
