@@ -43,6 +43,28 @@ def write_topology(directory: Path, grpc_addr: str, hosts: int = HOSTS) -> Path:
     return path
 
 
+def controller_argv(
+    topo: Path, socket_path: Path | None, policy: str = "beamer", extra: Sequence[str] = ()
+) -> list[str]:
+    """The ``beamer controller`` command line with its event API on a free loopback port;
+    ``socket_path`` None leaves the event socket at its default place."""
+    socket_args = [] if socket_path is None else ["--events-socket", str(socket_path)]
+    return [
+        sys.executable,
+        "-m",
+        "control.cli",
+        "controller",
+        "--topo",
+        str(topo),
+        "--policy",
+        policy,
+        "--events-addr",
+        "127.0.0.1:0",
+        *socket_args,
+        *extra,
+    ]
+
+
 @dataclass
 class ControllerProcess:
     process: subprocess.Popen[str]
@@ -87,22 +109,9 @@ def controller_process(
     Its socket is ``directory/controller.sock`` unless ``default_socket`` (then give an
     ``env`` whose temporary directory is the test's own)."""
     topo = write_topology(directory, grpc_addr)
-    socket_args = [] if default_socket else ["--events-socket", str(directory / "controller.sock")]
+    socket_path = None if default_socket else directory / "controller.sock"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "control.cli",
-            "controller",
-            "--topo",
-            str(topo),
-            "--policy",
-            policy,
-            "--events-addr",
-            "127.0.0.1:0",
-            *socket_args,
-            *extra,
-        ],
+        controller_argv(topo, socket_path, policy, extra),
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from controller_process import REPO, controller_argv, embedded_switch, write_topology
 from google.protobuf import text_format
 
 from control.cli import main
@@ -21,39 +21,12 @@ from control.errors import UserError
 from control.events import EventClient
 from control.p4runtime_client import P4RuntimeClient
 from softswitch.p4runtime_server import P4RuntimeServer
-from softswitch.switch import Switch, VirtualClock
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _topology(tmp_path: Path, grpc_addr: str) -> Path:
-    path = tmp_path / "topo.json"
-    path.write_text(
-        json.dumps(
-            {
-                "name": "cli",
-                "switches": [{"name": "s1", "device_id": 0, "grpc_addr": grpc_addr}],
-                "hosts": [
-                    {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:0{i}"}
-                    for i in (1, 2)
-                ],
-                "links": [{"node1": f"h{i}", "node2": "s1", "port2": i} for i in (1, 2)],
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture
 def switch_server() -> Iterator[P4RuntimeServer]:
-    switch = Switch(clock=VirtualClock())
-    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
-    server.start()
-    try:
+    with embedded_switch() as server:
         yield server
-    finally:
-        server.stop(0)
-        switch.close()
 
 
 def test_bad_arguments_are_one_line_errors(
@@ -71,23 +44,10 @@ def test_bad_arguments_are_one_line_errors(
 def test_controller_process_serves_events_and_status_and_cleans_up(
     tmp_path: Path, switch_server: P4RuntimeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    topo = _topology(tmp_path, switch_server.addr)
+    topo = write_topology(tmp_path, switch_server.addr, hosts=2)
     socket_path = tmp_path / "controller.sock"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "control.cli",
-            "controller",
-            "--topo",
-            str(topo),
-            "--policy",
-            "beamer",
-            "--events-addr",
-            "127.0.0.1:0",
-            "--events-socket",
-            str(socket_path),
-        ],
+        controller_argv(topo, socket_path),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import REPO, write_topology
+from controller_process import REPO, controller_argv, write_topology
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
 from control.controller_cli import DEFAULT_P4, embedded_artifacts, load_policy
@@ -69,28 +68,23 @@ def _coflows(controller: Controller) -> list[CoflowKey]:
     return sorted(controller.state.coflows)
 
 
+FIRST_COFLOW_FINISHED = {
+    "type": "coflow_finished",
+    "experiment_id": 1,
+    "stage_id": 0,
+    "trial_id": 0,
+    "iteration": 0,
+}
+"""Trial 0's first coflow ends: the event after :func:`_events` in every replay test."""
+
+
 def test_an_unwritable_journal_stops_the_controller_at_start(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     journal = blocker / "events.jsonl"
     topo = write_topology(tmp_path, "127.0.0.1:1")
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "control.cli",
-            "controller",
-            "--topo",
-            str(topo),
-            "--policy",
-            "beamer",
-            "--events-addr",
-            "127.0.0.1:0",
-            "--events-socket",
-            str(tmp_path / "c.sock"),
-            "--journal",
-            str(journal),
-        ],
+        controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(journal)]),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -120,15 +114,7 @@ def test_a_torn_last_record_is_dropped_with_a_warning(
     assert _coflows(second) == [CoflowKey(1, 0, 0, 0)]
     assert second.events_applied == 4
     # It goes on, and a third start replays the lot.
-    second.handle_event(
-        {
-            "type": "coflow_finished",
-            "experiment_id": 1,
-            "stage_id": 0,
-            "trial_id": 0,
-            "iteration": 0,
-        }
-    )
+    second.handle_event(dict(FIRST_COFLOW_FINISHED))
     third = _controller(tmp_path, artifacts, journal)
     assert _coflows(third) == [] and third.events_applied == 5
 
@@ -142,15 +128,7 @@ def test_a_whole_last_record_without_end_of_line_is_kept(
     second = _controller(tmp_path, artifacts, journal)
     assert _coflows(second) == [CoflowKey(1, 0, 0, 0)]
     assert journal.read_text().endswith("}\n")
-    second.handle_event(
-        {
-            "type": "coflow_finished",
-            "experiment_id": 1,
-            "stage_id": 0,
-            "trial_id": 0,
-            "iteration": 0,
-        }
-    )
+    second.handle_event(dict(FIRST_COFLOW_FINISHED))
     assert _controller(tmp_path, artifacts, journal).events_applied == 5
 
 
