@@ -128,7 +128,7 @@ def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
     return value
 
 
-def _float(token: str, what: str, *, high: float) -> float:
+def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
     try:
         value = float(token)
     except ValueError:
@@ -138,7 +138,7 @@ def _float(token: str, what: str, *, high: float) -> float:
     if value < 0:
         raise _LineError(f"{what} {token} is negative")
     if value > high:
-        raise _LineError(f"{what} {token} is above the limit of {high:g}")
+        raise _LineError(f"{what} {token} is above the limit of {high:g}{unit}")
     return value
 
 
@@ -172,7 +172,7 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
     if len(fields) < 3:
         raise _LineError(f"{len(fields)} fields, expected '<id> <arrival ms> <#mappers> ...'")
     coflow_id = _int(fields[0], "coflow id", low=0, high=MAX_ID)
-    arrival_ms = _float(fields[1], "arrival time (ms)", high=MAX_ARRIVAL_MS)
+    arrival_ms = _float(fields[1], "arrival time", high=MAX_ARRIVAL_MS, unit=" ms")
     num_mappers = _int(fields[2], "number of mappers", low=1, high=MAX_PORTS)
     reducer_index = 3 + num_mappers
     if len(fields) <= reducer_index:
@@ -192,7 +192,9 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
         if not colon:
             raise _LineError(f"reducer {token!r} is not 'port:MB'")
         reducer = _port(port_text, num_ports, "reducer")
-        reducers.append((reducer, _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB)))
+        reducers.append(
+            (reducer, _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB, unit=" MB"))
+        )
     return TraceCoflow(coflow_id, arrival_ms, mappers, tuple(reducers))
 
 

@@ -22,3 +22,5 @@ MAX_FLOWS = 5_000_000
 """Flows of a whole workload (each trial's synchronisation flows, summed)."""
 MAX_LINK_BPS = 1e15
 """Host link rate."""
+MAX_JOBS = 10_000
+"""Tuning jobs of a generated HP-tuning workload."""
