@@ -474,6 +474,13 @@ class Simulation:
         self._rates = self._rates[keep]
         self._mult = self._mult[keep]
 
+    def _flow_end_s(self) -> float:
+        """When the next flow completes at the current rates (inf: none is moving)."""
+        moving = self._rates > 0
+        if not moving.any():
+            return np.inf
+        return self.now_s + float((self._remaining[moving] / self._rates[moving]).min())
+
     def _next_threshold_s(self) -> float:
         if not self._thresholds or len(self._rates) == 0:
             return np.inf
@@ -506,12 +513,7 @@ class Simulation:
                 self._allocate()
                 stale = False
             next_s = self._heap[0][0] if self._heap else np.inf
-            flow_end_s = np.inf
-            moving = self._rates > 0
-            if moving.any():
-                flow_end_s = self.now_s + float(
-                    (self._remaining[moving] / self._rates[moving]).min()
-                )
+            flow_end_s = self._flow_end_s()
             threshold_s = self._next_threshold_s()
             until_s = min(next_s, flow_end_s, threshold_s)
             if until_s == np.inf:

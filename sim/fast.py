@@ -96,6 +96,7 @@ class FastSimulation(Simulation):
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
+        self._members: tuple[np.ndarray, np.ndarray] | None = None
         self._thresholds_left: np.ndarray | None = None
         self._coflow_states: dict[int, CoflowState] = {}
         self._experiment_states: dict[int, ExperimentState] = {}
@@ -121,6 +122,7 @@ class FastSimulation(Simulation):
             self._row = np.searchsorted(self._uids, self._owner)
             self._sent = np.zeros(len(self._uids))
             self._classes = None
+            self._members = None
         return self._uids, self._row
 
     def _flush_sent(self) -> None:
@@ -147,13 +149,13 @@ class FastSimulation(Simulation):
         self._forget_rows()
         super()._append_rows(parts)
         # New entries move from the next allocation on; until then they have no rate.
-        self._rates = np.r_[self._rates, np.zeros(len(self._owner) - len(self._rates))]
+        self._rates = np.concatenate([self._rates, np.zeros(len(self._owner) - len(self._rates))])
         tolerance = np.maximum(self._size * COMPLETION_TOLERANCE, 1e-3)
         self._tol = np.where(self._mult > 0, tolerance, -1.0)
 
     def _finish_flows(self) -> bool:
         """As :meth:`Simulation._finish_flows`, but finished entries only get ``mult`` 0."""
-        done = np.flatnonzero(self._remaining <= self._tol)
+        done = kernels.completed(self._remaining, self._tol)
         if len(done) == 0:
             return False
         finished_owners = self._owner[done]
@@ -192,16 +194,17 @@ class FastSimulation(Simulation):
     def _advance(self, until_s: float) -> None:
         dt = until_s - self.now_s
         if dt > 0 and len(self._remaining) and not self.config.record_intervals:
-            moved = self._rates * dt
-            np.minimum(moved, self._remaining, out=moved)
-            self._remaining -= moved
-            self.result.delivered_bytes += float(moved.sum())
-            uids, rows = self._rows()
-            self._sent += np.bincount(rows, moved, len(uids))
+            _, rows = self._rows()
+            self.result.delivered_bytes += kernels.advance(
+                self._rates, self._remaining, rows, self._sent, dt
+            )
             self.now_s = until_s
             return
         self._flush_sent()
         super()._advance(until_s)
+
+    def _flow_end_s(self) -> float:
+        return self.now_s + kernels.first_completion_s(self._rates, self._remaining)
 
     def _next_threshold_s(self) -> float:
         """The first instant a coflow's sent bytes reach its re-ranking threshold."""
@@ -277,14 +280,14 @@ class FastSimulation(Simulation):
         )
 
     def _class_order(self) -> tuple[np.ndarray, ...]:
-        """Entries in class order (highest first), where each class starts, each entry's
-        sorted position, and sender, receiver and flows per entry in that order (cached
-        until the ranking or the coflows change)."""
+        """Cached until the ranking or the coflows change: entries in class order
+        (highest first), where each class starts, each entry's sorted position, sender,
+        receiver and flows per entry in that order, and each coflow row's class and rank."""
         if self._classes is None:
             uids, rows = self._rows()
-            coflow_classes = np.array(
-                [self._coflow_class[u] for u in uids.tolist()], dtype=np.int64
-            )
+            uid_list = uids.tolist()
+            coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
+            ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
             order, starts = kernels.class_order(coflow_classes[rows])
             position = np.empty(len(order), dtype=np.int64)
             position[order] = np.arange(len(order))
@@ -295,6 +298,8 @@ class FastSimulation(Simulation):
                 self._src[order],
                 self._dst[order],
                 self._mult[order].astype(float),
+                coflow_classes,
+                ranks,
             )
         return self._classes
 
@@ -303,9 +308,10 @@ class FastSimulation(Simulation):
             self._rates = np.zeros(0)
             return
         uids, rows = self._rows()  # first: it may drop finished entries
+        classes = self._class_order()
+        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks = classes
         mult = self._mult.astype(float)
         if self.allocator == "priority":
-            order, starts, _, src_sorted, dst_sorted, mult_sorted = self._class_order()
             per_flow = kernels.maxmin_ordered(
                 src_sorted,
                 dst_sorted,
@@ -315,24 +321,23 @@ class FastSimulation(Simulation):
                 self.capacity,
                 self._saturated_below,
             )
-            self._rates = per_flow * mult
-            return
-        coflow_classes = np.array([self._coflow_class[u] for u in uids.tolist()], dtype=np.int64)
-        ranks = np.array([self._coflow_rank[u] for u in uids.tolist()], dtype=np.int64)
-        flow_class = coflow_classes[rows]
-        if self.allocator == "madd":
-            coflow_order = np.lexsort((ranks, -coflow_classes))
-            per_flow = kernels.madd(
+        elif self.allocator == "madd":
+            if self._members is None:
+                self._members = kernels.coflow_members(rows, len(uids))
+            per_flow = kernels.madd_ordered(
                 self._src,
                 self._dst,
                 mult,
                 self._remaining,
-                rows,
-                coflow_order,
-                flow_class,
+                *self._members,
+                np.lexsort((ranks, -coflow_classes)),
+                (order, starts, src_sorted, dst_sorted),
+                mult_sorted,
                 self.capacity,
+                self._saturated_below,
             )
         else:
+            flow_class = coflow_classes[rows]
             flow_order = np.lexsort((ranks[rows], -flow_class))
             per_flow = kernels.greedy(self._src, self._dst, mult, flow_order, self.capacity)
         self._rates = per_flow * mult

@@ -155,10 +155,24 @@ def _maxmin_classes(
 
 def class_order(flow_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Entries by class, highest first (stable), and where each class starts (CSR)."""
-    order = np.argsort(-flow_class, kind="stable")
+    order = np.argsort(-flow_class, kind="stable").astype(np.int64)
     sorted_classes = flow_class[order]
-    starts = np.flatnonzero(np.r_[True, sorted_classes[1:] != sorted_classes[:-1]])
-    return order.astype(np.int64), np.r_[starts, len(order)].astype(np.int64)
+    boundaries = np.flatnonzero(sorted_classes[1:] != sorted_classes[:-1]) + 1
+    starts = np.empty(len(boundaries) + 2, dtype=np.int64)
+    starts[0] = 0
+    starts[1:-1] = boundaries
+    starts[-1] = len(order)
+    if len(order) == 0:
+        starts = starts[:1]
+    return order, starts
+
+
+def coflow_members(flow_coflow: np.ndarray, num_coflows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Entries grouped by coflow row (stable) and where each row starts (CSR)."""
+    members = np.argsort(flow_coflow, kind="stable").astype(np.int64)
+    starts = np.zeros(num_coflows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(flow_coflow, minlength=num_coflows), out=starts[1:])
+    return members, starts
 
 
 def maxmin_ordered(
@@ -273,25 +287,66 @@ def madd(
 
     ``remaining`` is each entry's bytes (all its flows); the result is per flow.
     """
+    if len(src) == 0:
+        return np.zeros(0)
+    members, starts = coflow_members(flow_coflow, int(flow_coflow.max()) + 1)
+    order, class_starts = class_order(flow_class)
+    mult = mult.astype(float)
+    return madd_ordered(
+        src.astype(np.int64),
+        dst.astype(np.int64),
+        mult,
+        remaining.astype(float),
+        members,
+        starts,
+        coflow_order.astype(np.int64),
+        (order, class_starts, src[order].astype(np.int64), dst[order].astype(np.int64)),
+        mult[order],
+        capacity,
+        capacity * RELATIVE_TOLERANCE,
+    )
+
+
+def madd_ordered(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    remaining: np.ndarray,
+    members: np.ndarray,
+    starts: np.ndarray,
+    coflow_order: np.ndarray,
+    classes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    mult_sorted: np.ndarray,
+    capacity: np.ndarray,
+    saturated_below: np.ndarray,
+) -> np.ndarray:
+    """:func:`madd` with the coflows' entries (``members``, ``starts``, see
+    :func:`coflow_members`) and the class order for the backfill (``classes``: order,
+    class starts, sorted senders and receivers) given."""
     residual = capacity.astype(float).copy()
-    saturated_below = capacity * RELATIVE_TOLERANCE
     entry_rates = np.zeros(len(src))
-    if len(src):
-        members = np.argsort(flow_coflow, kind="stable").astype(np.int64)
-        rows = int(flow_coflow.max()) + 1
-        starts = np.r_[0, np.cumsum(np.bincount(flow_coflow, minlength=rows))].astype(np.int64)
-        _madd(
-            src.astype(np.int64),
-            dst.astype(np.int64),
-            remaining.astype(float),
-            members,
-            starts,
-            coflow_order.astype(np.int64),
-            residual,
-            saturated_below,
-            entry_rates,
-        )
-    backfill = priority_maxmin(src, dst, mult, flow_class, capacity, residual, saturated_below)
+    _madd(
+        src,
+        dst,
+        remaining,
+        members,
+        starts,
+        coflow_order,
+        residual,
+        saturated_below,
+        entry_rates,
+    )
+    order, class_starts, src_sorted, dst_sorted = classes
+    backfill = maxmin_ordered(
+        src_sorted,
+        dst_sorted,
+        mult_sorted,
+        order,
+        class_starts,
+        capacity,
+        saturated_below,
+        residual,
+    )
     per_flow = np.divide(entry_rates, mult, out=np.zeros(len(src)), where=mult > 0)
     return per_flow + backfill
 
@@ -340,3 +395,45 @@ def greedy(
         rates,
     )
     return rates
+
+
+@njit(cache=True, nogil=True)
+def advance(
+    rates: np.ndarray, remaining: np.ndarray, rows: np.ndarray, sent: np.ndarray, dt: float
+) -> float:  # pragma: no cover - compiled
+    """Move every entry ``rates × dt`` bytes (at most what it has left); add each entry's
+    bytes to ``sent[rows[i]]``; return the bytes moved."""
+    total = 0.0
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            moved = min(rates[i] * dt, remaining[i])
+            remaining[i] -= moved
+            sent[rows[i]] += moved
+            total += moved
+    return total
+
+
+@njit(cache=True, nogil=True)
+def first_completion_s(rates: np.ndarray, remaining: np.ndarray) -> float:  # pragma: no cover
+    """The shortest time to completion among the moving entries (inf: none moves)."""
+    best = np.inf
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            best = min(best, remaining[i] / rates[i])
+    return best
+
+
+@njit(cache=True, nogil=True)
+def completed(remaining: np.ndarray, tolerance: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Entries whose remaining bytes are at or below their tolerance."""
+    count = 0
+    for i in range(len(remaining)):
+        if remaining[i] <= tolerance[i]:
+            count += 1
+    out = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(len(remaining)):
+        if remaining[i] <= tolerance[i]:
+            out[count] = i
+            count += 1
+    return out
