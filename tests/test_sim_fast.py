@@ -203,3 +203,19 @@ def test_an_even_split_finishes_together_in_the_fast_model() -> None:
     assert reference.events == fast.events + 1
     assert fast.cct_s[CoflowKey(0, 0, 0, 0)] == pytest.approx(1_000_001 * 8 / GBIT, rel=1e-9)
     assert_same_ccts(fast, reference, "even split")
+
+
+@pytest.mark.parametrize("model", [FAST, PER_FLOW])
+def test_fifo_serves_coflows_in_arrival_order(model: SimConfig) -> None:
+    # A (250 MB, 0 → 1) arrives at 0; B (125 MB on the same ports) at 0.1 s. FIFO keeps A
+    # first: A ends at 2 s, B at 3 s. Sincronia lets the smaller B through first: B ends
+    # at 1.1 s, A at 3 s.
+    unit = 125_000_000
+    workload = Workload(
+        2, GBIT, (shuffle(0, 0.0, (0,), {1: 2 * unit}), shuffle(1, 0.1, (0,), {1: unit}))
+    )
+    a, b = CoflowKey(0, 0, 0, 0), CoflowKey(1, 0, 0, 0)
+    fifo = simulate(workload, get_policy("fifo"), model)
+    assert (fifo.cct_s[a], fifo.cct_s[b]) == (pytest.approx(2.0), pytest.approx(2.9))
+    sincronia = simulate(workload, get_policy("sincronia"), model)
+    assert (sincronia.cct_s[a], sincronia.cct_s[b]) == (pytest.approx(3.0), pytest.approx(1.0))
