@@ -121,7 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reference-repeats", type=int, default=1)
+    parser.add_argument(
+        "--reference-repeats", type=int, default=1, help="0: skip the per-flow reference"
+    )
     parser.add_argument("--head", type=int, default=150, help="FB2010 coflows for the reference")
     parser.add_argument(
         "--part",
@@ -145,7 +147,8 @@ def main() -> None:
     }
     if args.part in ("all", "offline"):
         offline = offline_subset(400, 40 if args.quick else None)
-        figures = compare(offline, offline, args.repeats, args.reference_repeats, policies)
+        reference = offline if args.reference_repeats else None
+        figures = compare(offline, reference, args.repeats, args.reference_repeats, policies)
         result["offline"] = {
             "coflows": len(offline.experiments),
             "policies": figures,
@@ -156,7 +159,8 @@ def main() -> None:
         if args.quick:
             fb = dataclasses.replace(fb, experiments=fb.experiments[:60])
         head = dataclasses.replace(fb, experiments=fb.experiments[: args.head])
-        figures = compare(fb, head, args.repeats, args.reference_repeats, policies)
+        reference = head if args.reference_repeats else None
+        figures = compare(fb, reference, args.repeats, args.reference_repeats, policies)
         result["fb2010"] = {
             "coflows": len(fb.experiments),
             "reference_coflows": len(head.experiments),
@@ -167,7 +171,8 @@ def main() -> None:
         config = hp_tuning.HpTuningConfig(num_jobs=4 if args.quick else 14)
         hp = hp_tuning.generate(dataclasses.replace(config, seed=1))
         coflows = sum(t.iterations for e in hp.experiments for s in e.stages for t in s.trials)
-        figures = compare(hp, hp, args.repeats, args.reference_repeats, policies)
+        reference = hp if args.reference_repeats else None
+        figures = compare(hp, reference, args.repeats, args.reference_repeats, policies)
         result["hp_tuning"] = {"coflows": coflows, "policies": figures, **summary(figures)}
     emit(result)
 
