@@ -1,13 +1,22 @@
-"""Simulator speed: wall time and events per second for FB2010 under each policy and for
-an HP-tuning workload of at least 2,000 coflows (goal: every FB2010 run under 10 s).
+"""Simulator speed and exactness: the fast flow model against the per-flow reference, in
+one run.
 
-FB2010 runs in the per-receiver flow model (what ``beamer simulate --workload
-fb2010`` uses). The reference, measured in the same run: the per-flow model on
-the trace's first ``--head`` coflows (the whole trace is out of its reach),
-against the per-receiver model on the same coflows, for the speed-up and for
-the difference in average CCT that grouping costs.
+Three workloads, every policy:
 
-``--quick`` runs the first 60 FB2010 coflows and a 4-job HP-tuning workload.
+* ``offline``: the offline FB2010 subset (coflows of at most 400 mapper × reducer
+  pairs, whole-MB flows, all released at 0; 439 coflows). The fast model's median
+  wall time (goal: under 3 s per policy), the per-flow reference's, their ratio, and
+  how far the fast model's CCTs are from the reference's (average and worst coflow).
+* ``fb2010``: the whole trace with its arrivals, fast model (goal: under 10 s per
+  policy); the reference runs on the first ``--head`` coflows only (the whole trace
+  is out of its reach), for the ratio and the CCT check.
+* ``hp-tuning``: an HP-tuning workload of 2,068 coflows; fast against per-flow (the
+  model every HP-tuning run used before), goal: 4× faster.
+
+Times are wall clock, median of ``--repeats`` runs for the fast model and of
+``--reference-repeats`` for the reference (default 1: it is the slow one). The first
+call compiles the kernels (numba caches them on disk); a warm-up run comes first.
+``--quick`` shrinks every workload.
 """
 
 from __future__ import annotations
@@ -21,15 +30,15 @@ from bench.common import emit
 from control.model import Workload
 from control.policies import POLICIES, get_policy
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
-from workloads import hp_tuning
+from workloads import coflow_benchmark, hp_tuning
 from workloads.loader import load_workload
 
-FB_POLICIES = ("beamer", "sincronia", "varys", "aalo", "fifo-lm", "fair")
+GOALS = {"offline_wall_s": 3.0, "fb2010_wall_s": 10.0, "hp_tuning_speedup": 4.0}
 
 
 def timed(
-    workload: Workload, policy: str, repeats: int, flow_model: FlowModel = "per-flow"
-) -> tuple[dict[str, float], SimResult]:
+    workload: Workload, policy: str, repeats: int, flow_model: FlowModel
+) -> tuple[float, SimResult]:
     """Median wall time over ``repeats`` runs (results are identical run to run)."""
     walls = []
     result = None
@@ -38,66 +47,133 @@ def timed(
         result = simulate(workload, get_policy(policy), SimConfig(flow_model=flow_model))
         walls.append(time.perf_counter() - started)
     assert result is not None
-    wall = statistics.median(walls)
-    figures = {"wall_s": wall, "events": result.events, "events_per_s": result.events / wall}
-    return figures, result
+    return statistics.median(walls), result
 
 
 def avg_cct_s(result: SimResult) -> float:
-    return statistics.fmean(result.cct_s.values())
+    return statistics.fmean(result.cct_s.values()) if result.cct_s else 0.0
 
 
-def model_reference(fb: Workload, head: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Per-flow against per-receiver on the first ``head`` coflows, per policy."""
-    prefix = dataclasses.replace(fb, experiments=fb.experiments[:head])
-    figures = {}
-    for name in FB_POLICIES:
-        exact, exact_result = timed(prefix, name, repeats, "per-flow")
-        grouped, grouped_result = timed(prefix, name, repeats, "per-receiver")
-        figures[name] = {
-            "per_flow_wall_s": exact["wall_s"],
-            "per_receiver_wall_s": grouped["wall_s"],
-            "speedup": exact["wall_s"] / grouped["wall_s"],
-            "avg_cct_ratio": avg_cct_s(grouped_result) / avg_cct_s(exact_result),
+def deviation(fast: SimResult, reference: SimResult) -> dict[str, float]:
+    """Average-CCT ratio and the worst coflow's relative CCT difference."""
+    worst = max(
+        (abs(fast.cct_s[key] - cct) / max(cct, 1e-9) for key, cct in reference.cct_s.items()),
+        default=0.0,
+    )
+    ratio = avg_cct_s(fast) / avg_cct_s(reference) if reference.cct_s else 1.0
+    return {"avg_cct_ratio": ratio, "max_coflow_rel_diff": worst}
+
+
+def compare(
+    workload: Workload,
+    reference_workload: Workload | None,
+    repeats: int,
+    reference_repeats: int,
+    policies: list[str],
+) -> dict[str, dict[str, float]]:
+    """Per policy: the fast model's figures and, on ``reference_workload`` (None: skip),
+    the per-flow reference's with the ratio and the CCT deviation."""
+    figures: dict[str, dict[str, float]] = {}
+    for name in policies:
+        wall_s, result = timed(workload, name, repeats, "fast")
+        row = {
+            "wall_s": wall_s,
+            "events": float(result.events),
+            "events_per_s": result.events / wall_s,
+            "avg_cct_s": avg_cct_s(result),
         }
+        if reference_workload is not None:
+            if reference_workload is not workload:
+                wall_s, result = timed(reference_workload, name, repeats, "fast")
+                row["reference_set_fast_wall_s"] = wall_s
+            reference_wall_s, reference = timed(
+                reference_workload, name, reference_repeats, "per-flow"
+            )
+            row["per_flow_wall_s"] = reference_wall_s
+            row["speedup"] = reference_wall_s / wall_s
+            row |= deviation(result, reference)
+        figures[name] = row
     return figures
+
+
+def summary(figures: dict[str, dict[str, float]]) -> dict[str, float]:
+    out = {"max_wall_s": max(f["wall_s"] for f in figures.values())}
+    if all("speedup" in f for f in figures.values()):
+        out["min_speedup"] = min(f["speedup"] for f in figures.values())
+        out["worst_avg_cct_ratio_deviation"] = max(
+            abs(f["avg_cct_ratio"] - 1.0) for f in figures.values()
+        )
+        out["worst_coflow_rel_diff"] = max(f["max_coflow_rel_diff"] for f in figures.values())
+    return out
+
+
+def offline_subset(max_flows: int, head: int | None) -> Workload:
+    text = coflow_benchmark.default_trace_path().read_text()
+    workload = coflow_benchmark.parse(
+        coflow_benchmark.offline(text, max_flows=max_flows), "offline"
+    )
+    if head is not None:
+        workload = dataclasses.replace(workload, experiments=workload.experiments[:head])
+    return workload
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--head", type=int, default=150, help="coflows for the model reference")
     parser.add_argument(
-        "--part", choices=("all", "fb2010", "hp-tuning"), default="all", help="what to measure"
+        "--reference-repeats", type=int, default=1, help="0: skip the per-flow reference"
+    )
+    parser.add_argument("--head", type=int, default=150, help="FB2010 coflows for the reference")
+    parser.add_argument(
+        "--part",
+        choices=("all", "offline", "fb2010", "hp-tuning"),
+        default="all",
+        help="what to measure",
+    )
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES), help="comma-separated (default: all)"
     )
     args = parser.parse_args()
-    fb = load_workload("fb2010")
-    if args.quick:
-        fb = Workload(fb.num_hosts, fb.link_bps, fb.experiments[:60], fb.meta)
-    config = hp_tuning.HpTuningConfig(num_jobs=4 if args.quick else 14)
-    hp = hp_tuning.generate(dataclasses.replace(config, seed=1))
-    hp_coflows = sum(t.iterations for e in hp.experiments for s in e.stages for t in s.trials)
-    result: dict[str, object] = {"repeats": args.repeats}
+    policies = [name for name in args.policies.split(",") if name]
+    # Warm-up: load (or compile) the kernels outside any timed run.
+    tiny = offline_subset(400, 5)
+    for name in ("fair", "varys"):
+        simulate(tiny, get_policy(name), SimConfig(flow_model="fast"))
+    result: dict[str, object] = {
+        "repeats": args.repeats,
+        "reference_repeats": args.reference_repeats,
+        "goals": GOALS,
+    }
+    if args.part in ("all", "offline"):
+        offline = offline_subset(400, 40 if args.quick else None)
+        reference = offline if args.reference_repeats else None
+        figures = compare(offline, reference, args.repeats, args.reference_repeats, policies)
+        result["offline"] = {
+            "coflows": len(offline.experiments),
+            "policies": figures,
+            **summary(figures),
+        }
     if args.part in ("all", "fb2010"):
-        fb_figures = {}
-        for name in FB_POLICIES:
-            figures, outcome = timed(fb, name, args.repeats, "per-receiver")
-            fb_figures[name] = {**figures, "avg_cct_s": avg_cct_s(outcome)}
-        result |= {
-            "fb2010_coflows": len(fb.experiments),
-            "fb2010_flow_model": "per-receiver",
-            "fb2010": fb_figures,
-            "fb2010_max_wall_s": max(f["wall_s"] for f in fb_figures.values()),
-            "goal_fb2010_wall_s": 10.0,
-            "model_reference_coflows": min(args.head, len(fb.experiments)),
-            "model_reference": model_reference(fb, args.head, args.repeats),
+        fb = load_workload("fb2010")
+        if args.quick:
+            fb = dataclasses.replace(fb, experiments=fb.experiments[:60])
+        head = dataclasses.replace(fb, experiments=fb.experiments[: args.head])
+        reference = head if args.reference_repeats else None
+        figures = compare(fb, reference, args.repeats, args.reference_repeats, policies)
+        result["fb2010"] = {
+            "coflows": len(fb.experiments),
+            "reference_coflows": len(head.experiments),
+            "policies": figures,
+            **summary(figures),
         }
     if args.part in ("all", "hp-tuning"):
-        result |= {
-            "hp_tuning_coflows": hp_coflows,
-            "hp_tuning": {name: timed(hp, name, args.repeats)[0] for name in POLICIES},
-        }
+        config = hp_tuning.HpTuningConfig(num_jobs=4 if args.quick else 14)
+        hp = hp_tuning.generate(dataclasses.replace(config, seed=1))
+        coflows = sum(t.iterations for e in hp.experiments for s in e.stages for t in s.trials)
+        reference = hp if args.reference_repeats else None
+        figures = compare(hp, reference, args.repeats, args.reference_repeats, policies)
+        result["hp_tuning"] = {"coflows": coflows, "policies": figures, **summary(figures)}
     emit(result)
 
 

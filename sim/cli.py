@@ -53,9 +53,9 @@ def register(subparsers: Any) -> None:
         "--flow-model",
         default="auto",
         choices=("auto", *FLOW_MODELS),
-        help="per-flow: every flow on its own; per-receiver: a coflow's flows into one "
-        "receiver move together (fast on shuffle traces); auto: per-receiver for "
-        "Coflow-Benchmark traces, per-flow otherwise",
+        help="fast (the default, = auto): compiled allocators on merged identical flows; "
+        "per-flow: the reference model, one entry per flow and numpy allocators. Both give "
+        "the per-flow fluid answer",
     )
     parser.add_argument("--out", type=Path, default=None, help="directory for CSV files and plots")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -180,16 +180,13 @@ class RunSpec:
     mode: int | None
     strategy: Strategy
     policy: str
-    flow_model: FlowModel = "per-flow"
+    flow_model: FlowModel = "fast"
 
 
 def resolve_flow_model(choice: str, workload: Workload) -> FlowModel:
-    """``auto``: per-receiver for shuffle traces (Coflow-Benchmark), whose hundreds of
-    thousands of flows the per-flow model cannot run in reasonable time; per-flow
-    for everything else."""
+    """``auto``: the fast model for every workload (it gives the per-flow answer)."""
     if choice == "auto":
-        shuffle = workload.meta.get("generator") == "coflow-benchmark"
-        return "per-receiver" if shuffle else "per-flow"
+        return "fast"
     for model in FLOW_MODELS:
         if choice == model:
             return model

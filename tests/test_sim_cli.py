@@ -120,9 +120,9 @@ def test_malformed_trace_names_file_and_line(
 
 @pytest.mark.parametrize(
     ("flag", "model"),
-    [([], "per-receiver"), (["--flow-model", "per-flow"], "per-flow")],
+    [([], "fast"), (["--flow-model", "per-flow"], "per-flow"), (["--flow-model", "fast"], "fast")],
 )
-def test_traces_default_to_the_per_receiver_flow_model(
+def test_every_workload_defaults_to_the_fast_flow_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], model: str
 ) -> None:
     # Two mappers (ports 0, 1) each send reducer port 2 half of 200 MB.
@@ -137,9 +137,41 @@ def test_traces_default_to_the_per_receiver_flow_model(
     assert float(row.split()[1]) == pytest.approx(200 * 1_048_576 * 8 / 1e9, abs=5e-4)
 
 
-def test_json_workloads_default_to_the_per_flow_model(
+def test_json_workloads_use_the_fast_model_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workload = small_workload(tmp_path / "chain.json")
     assert main(["simulate", "--workload", str(workload), "--policies", "fair"]) == 0
-    assert "flow model per-flow" in capsys.readouterr().out.splitlines()[0]
+    assert "flow model fast" in capsys.readouterr().out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("4 1\n1 1e300 1 0 1 1:1\n", "arrival time 1e300 is above the limit of 1e+11 ms"),
+        ("4 1\n1 0 1 0 1 1:1e30\n", "reducer 1 size (MB) 1e30 is above the limit"),
+        ("1000000000 1\n1 0 1 0 1 1:1\n", "number of ports 1000000000 is out of range"),
+    ],
+)
+def test_absurd_trace_values_are_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    trace = tmp_path / "absurd.txt"
+    trace.write_text(text)
+    assert main(["simulate", "--workload", str(trace), "--policies", "fair"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert "absurd.txt:" in lines[0]
+    assert message in lines[0]
+
+
+def test_the_packaged_fb2010_trace_runs_with_no_shared_folder(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("BEAMER_FB2010", raising=False)
+    status = main(["workload", "show", "fb2010", "--json"])
+    assert status == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["coflows"] == 526

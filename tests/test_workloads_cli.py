@@ -91,3 +91,35 @@ def test_cli_trace_round_trip(tmp_path: Path) -> None:
         load_workload(str(out)).experiments
         == load_workload(str(DATA / "tiny_trace.txt")).experiments
     )
+
+
+def test_offline_command_writes_a_trace_simulate_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "offline.txt"
+    status = main(["workload", "offline", "fb2010", "--max-flows", "400", "--out", str(out)])
+    assert status == 0
+    assert "439 coflows" in capsys.readouterr().out
+    workload = load_workload(str(out))
+    assert len(workload.experiments) == 439
+    assert {e.arrival_s for e in workload.experiments} == {0.0}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["workload", "offline", "fb2010", "--max-flows", "0"], "--max-flows: must be at least 1"),
+        (["workload", "offline", "absent.txt"], "absent.txt: no such file"),
+        (["workload", "generate", "--jobs", "1000000000"], "num_jobs must be 1..10000"),
+        (["workload", "generate", "--hosts", "1000000000"], "num_hosts must be 2..10000"),
+    ],
+)
+def test_bad_workload_arguments_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    out = tmp_path / "out.txt"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert message in err
+    assert not out.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,63 @@ def test_default_path_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert coflow_benchmark.default_trace_path() == tmp_path / "trace.txt"
     monkeypatch.delenv("BEAMER_FB2010")
     default = coflow_benchmark.default_trace_path()
-    assert default.parts[-3:] == ("shared", "data", "FB2010-1Hr-150-0.txt")
+    assert default.parts[-3:] == ("workloads", "data", "FB2010-1Hr-150-0.txt")
+    assert default.is_file()
+
+
+def test_the_packaged_trace_is_the_shared_copy() -> None:
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "FB2010-1Hr-150-0.txt"
+    if not shared.exists():
+        pytest.skip("no shared data folder beside the repository")
+    packaged = coflow_benchmark.default_trace_path()
+    assert packaged.read_bytes() == shared.read_bytes()
+
+
+def test_offline_variant_by_hand() -> None:
+    # Coflow 1: 3 MB into reducer 2 over mappers 0, 1 (1.5 MB each, rounds to 2 MB);
+    # coflow 2: 0.2 MB into reducer 0 from mapper 3 (rounds up to the 1 MB minimum);
+    # coflow 3: 3 mappers x 1 reducer.
+    text = "4 3\n1 100 2 0 1 1 2:3.0\n2 1500 1 3 1 0:0.2\n3 2500 3 0 1 2 1 1:7\n"
+    offline = coflow_benchmark.offline(text)
+    assert offline.splitlines() == [
+        "4 3",
+        "1 0 2 0 1 1 2:4",
+        "2 0 1 3 1 0:1",
+        "3 0 3 0 1 2 1 1:6",
+    ]
+    workload = coflow_benchmark.parse(offline)
+    assert all(e.arrival_s == 0.0 for e in workload.experiments)
+    assert _flows(workload, 1) == (Flow(0, 2, 2 * MB), Flow(1, 2, 2 * MB))
+    assert _flows(workload, 3) == (Flow(0, 1, 2 * MB), Flow(2, 1, 2 * MB))
+    # --max-flows keeps coflows of at most that many mapper x reducer pairs.
+    kept = coflow_benchmark.offline(text, max_flows=2).splitlines()
+    assert [line.split()[0] for line in kept[1:]] == ["1", "2"]
+    assert kept[0] == "4 2"
+    # Without rounding the sizes stay.
+    assert coflow_benchmark.offline(text, whole_mb=False).splitlines()[1] == "1 0 2 0 1 1 2:3.0"
+
+
+def test_offline_fb2010_subset_of_the_issue() -> None:
+    text = coflow_benchmark.default_trace_path().read_text()
+    offline = coflow_benchmark.parse(coflow_benchmark.offline(text, max_flows=400))
+    assert len(offline.experiments) == 439
+    sizes = {f.size_bytes for e in offline.experiments for f in _flows(offline, e.experiment_id)}
+    assert all(size % MB == 0 and size >= MB for size in sizes)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("4 1\n1 1e300 1 0 1 1:1\n", "arrival time 1e300 is above the limit of 1e+11 ms"),
+        ("4 1\n1 0 1 0 1 1:1e30\n", "size (MB) 1e30 is above the limit"),
+        ("1000000000 1\n1 0 1 0 1 1:1\n", "number of ports 1000000000 is out of range"),
+        ("4 1000000000000\n", "number of coflows 1000000000000 is out of range"),
+    ],
+)
+def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)) as error:
+        coflow_benchmark.parse(text, "absurd.txt")
+    assert str(error.value).startswith("absurd.txt:")
 
 
 @pytest.mark.parametrize(

@@ -99,13 +99,13 @@ def test_syntax_error_names_line_and_column(tmp_path: Path) -> None:
             '"iterations": 3',
             '"iterations": -3',
             '"iterations": -3',
-            "trials[0].iterations: -3 is out of range (must be >= 1)",
+            "trials[0].iterations: -3 is out of range (must be 1..1000000)",
         ),
         (
             '"sync_flows": [[0, 2, 500]',
             '"sync_flows": [[0, 2, -500]',
             "[0, 2, -500]",
-            "stages[0].trials[1].sync_flows[0][2]: -500 is out of range (must be >= 1)",
+            "stages[0].trials[1].sync_flows[0][2]: -500 is out of range (must be 1..",
         ),
         (
             "[1, 2, 500], [2, 0",
@@ -205,3 +205,40 @@ def test_hostile_workload_files_are_one_line_errors(
     with pytest.raises(UserError, match=message) as refused:
         json_format.read(path)
     assert len(str(refused.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('"arrival_s": 0.5', '"arrival_s": 1e300', "arrival_s: 1e+300 is above the limit of 1e+08"),
+        ('"iterations": 3', '"iterations": 1000000000000', "iterations: 1000000000000 is out"),
+        (
+            "[0, 2, 500]",
+            "[0, 2, 1000000000000000000000000000000]",
+            "sync_flows[0][2]: 1000000000000000000000000000000 is out of range",
+        ),
+        ('"num_hosts": 3', '"num_hosts": 1000000000', "num_hosts: 1000000000 is out of range"),
+        ('"link_bps": 1000000000.0', '"link_bps": 1e30', "link_bps: 1e+30 is above the limit"),
+    ],
+)
+def test_absurd_values_are_refused_with_their_limit(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
+    text = _sample()
+    assert old in text
+    assert expected in _error(tmp_path, text.replace(old, new, 1))
+
+
+def test_too_many_coflows_are_refused_before_any_run(tmp_path: Path) -> None:
+    # 1,000 trials × 1,000,000 iterations: each value within its own limit, the product not.
+    trials = ", ".join(
+        f'{{"trial_id": {t}, "iterations": 1000000, "compute_s": 0, "sync_flows": [[0, 1, 1]]}}'
+        for t in range(1000)
+    )
+    stage = f'{{"stage_id": 0, "trials": [{trials}]}}'
+    text = (
+        '{"format": "beamer-workload/1", "num_hosts": 2, "link_bps": 1e9, "experiments": ['
+        f'{{"experiment_id": 0, "arrival_s": 0, "stages": [{stage}]}}'
+        "]}"
+    )
+    assert "exceed the limit of 1,000,000" in _error(tmp_path, text)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.files import atomic_write_text, read_text
 from workloads import coflow_benchmark, json_format
 from workloads.hp_tuning import HpTuningConfig, shrink
 from workloads.loader import load_workload
@@ -64,6 +65,24 @@ def register(subparsers: Any) -> None:
     trace.add_argument("workload", help="fb2010, or a file")
     trace.add_argument("--out", type=Path, required=True, help="output trace file")
     trace.set_defaults(func=_to_trace)
+
+    offline = commands.add_parser(
+        "offline",
+        help="write the offline variant of a Coflow-Benchmark trace",
+        description="Write the offline variant of a Coflow-Benchmark trace: every coflow "
+        "released at time 0, optionally only the coflows of at most --max-flows "
+        "mapper x reducer pairs, each reducer's MB split evenly over its mappers and "
+        "rounded to whole MB (at least 1). `beamer simulate --workload FILE` reads it.",
+    )
+    offline.add_argument("trace", help="fb2010, or a Coflow-Benchmark trace file")
+    offline.add_argument(
+        "--max-flows", type=int, default=None, help="keep coflows of at most this many pairs"
+    )
+    offline.add_argument(
+        "--keep-mb", action="store_true", help="keep the reducers' MB as they are (no rounding)"
+    )
+    offline.add_argument("--out", type=Path, required=True, help="output trace file")
+    offline.set_defaults(func=_offline)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -123,4 +142,19 @@ def _to_trace(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     coflow_benchmark.write(workload, args.out)
     print(f"wrote {args.out}: {len(workload.experiments)} coflows")
+    return 0
+
+
+def _offline(args: argparse.Namespace) -> int:
+    if args.max_flows is not None and args.max_flows < 1:
+        raise UserError(f"--max-flows: must be at least 1, not {args.max_flows}")
+    path = coflow_benchmark.default_trace_path() if args.trace == "fb2010" else Path(args.trace)
+    text = coflow_benchmark.offline(
+        read_text(path),
+        str(path),
+        max_flows=args.max_flows,
+        whole_mb=not args.keep_mb,
+    )
+    atomic_write_text(args.out, text)
+    print(f"wrote {args.out}: {int(text.split()[1])} coflows, all released at 0")
     return 0

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from control.errors import UserError
 from control.files import atomic_write_text, read_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.limits import MAX_COFLOWS, MAX_FLOW_BYTES, MAX_FLOWS, MAX_HOSTS, MAX_TIME_S
 
 BYTES_PER_MB = 1_048_576
 LINK_BPS = 1e9
@@ -34,15 +36,18 @@ LINK_BPS = 1e9
 MAX_ID = 0xFFFF
 DEFAULT_TRACE_NAME = "FB2010-1Hr-150-0.txt"
 TRACE_ENV = "BEAMER_FB2010"
+MAX_PORTS = MAX_HOSTS
+MAX_ARRIVAL_MS = MAX_TIME_S * 1000.0
+MAX_MB = MAX_FLOW_BYTES / BYTES_PER_MB
+"""A reducer's MB may not exceed one flow's byte limit (its mappers split it further)."""
 
 
 def default_trace_path() -> Path:
-    """``$BEAMER_FB2010`` if set, else ``shared/data/`` beside the repository's folder."""
+    """``$BEAMER_FB2010`` if set, else the copy packaged in ``workloads/data/``."""
     override = os.environ.get(TRACE_ENV)
     if override:
         return Path(override)
-    repository = Path(__file__).resolve().parent.parent
-    return repository.parent / "shared" / "data" / DEFAULT_TRACE_NAME
+    return Path(__file__).resolve().parent / "data" / DEFAULT_TRACE_NAME
 
 
 class _LineError(Exception):
@@ -56,8 +61,8 @@ def read(path: str | os.PathLike[str]) -> Workload:
     return parse(text, str(source))
 
 
-def parse(text: str, source: str = "<string>") -> Workload:
-    """Parse trace ``text``; ``source`` names it in error messages."""
+def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[str]]]]:
+    """The port count and the numbered, split coflow lines; the header is checked."""
     lines = text.splitlines()
     numbered = [(number, line.split()) for number, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
@@ -66,8 +71,8 @@ def parse(text: str, source: str = "<string>") -> Workload:
     try:
         if len(header) != 2:
             raise _LineError(f"header has {len(header)} fields, expected '<ports> <coflows>'")
-        num_ports = _int(header[0], "number of ports", low=1)
-        num_coflows = _int(header[1], "number of coflows", low=0)
+        num_ports = _int(header[0], "number of ports", low=1, high=MAX_PORTS)
+        num_coflows = _int(header[1], "number of coflows", low=0, high=MAX_COFLOWS)
     except _LineError as error:
         raise UserError(f"{source}:{header_line}: {error}") from None
     body = numbered[1:]
@@ -76,9 +81,16 @@ def parse(text: str, source: str = "<string>") -> Workload:
         raise UserError(
             f"{source}:{line}: header announces {num_coflows} coflows, file has {len(body)}"
         )
+    return num_ports, body
+
+
+def parse(text: str, source: str = "<string>") -> Workload:
+    """Parse trace ``text``; ``source`` names it in error messages."""
+    num_ports, body = _header_and_body(text, source)
     experiments: list[Experiment] = []
     seen: dict[int, int] = {}
     local_bytes = 0
+    total_flows = 0
     for number, fields in body:
         try:
             experiment, local = _coflow(fields, num_ports)
@@ -92,6 +104,11 @@ def parse(text: str, source: str = "<string>") -> Workload:
         seen[experiment.experiment_id] = number
         experiments.append(experiment)
         local_bytes += local
+        total_flows += len(experiment.stages[0].trials[0].sync_flows)
+        if total_flows > MAX_FLOWS:
+            raise UserError(
+                f"{source}:{number}: the trace's flows exceed the limit of {MAX_FLOWS:,}"
+            )
     meta = {
         "generator": "coflow-benchmark",
         "trace": Path(source).name,
@@ -111,7 +128,7 @@ def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
     return value
 
 
-def _float(token: str, what: str) -> float:
+def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
     try:
         value = float(token)
     except ValueError:
@@ -120,6 +137,8 @@ def _float(token: str, what: str) -> float:
         raise _LineError(f"{what} {token!r} is not a finite number")
     if value < 0:
         raise _LineError(f"{what} {token} is negative")
+    if value > high:
+        raise _LineError(f"{what} {token} is above the limit of {high:g}{unit}")
     return value
 
 
@@ -133,33 +152,66 @@ def _port(token: str, num_ports: int, role: str) -> int:
     return port
 
 
-def _coflow(fields: list[str], num_ports: int) -> tuple[Experiment, int]:
-    """One coflow line → its experiment and the bytes that stay on a local port."""
+@dataclass(frozen=True, slots=True)
+class TraceCoflow:
+    """One trace line as written: id, arrival, mapper ports, (reducer port, MB) pairs."""
+
+    coflow_id: int
+    arrival_ms: float
+    mappers: tuple[int, ...]
+    reducers: tuple[tuple[int, float], ...]
+
+    @property
+    def num_flows(self) -> int:
+        """Mapper × reducer pairs (local pairs included), the usual size measure of a coflow."""
+        return len(self.mappers) * len(self.reducers)
+
+
+def _record(fields: list[str], num_ports: int) -> TraceCoflow:
+    """One coflow line, checked field by field."""
     if len(fields) < 3:
         raise _LineError(f"{len(fields)} fields, expected '<id> <arrival ms> <#mappers> ...'")
     coflow_id = _int(fields[0], "coflow id", low=0, high=MAX_ID)
-    arrival_ms = _float(fields[1], "arrival time")
-    num_mappers = _int(fields[2], "number of mappers", low=1)
+    arrival_ms = _float(fields[1], "arrival time", high=MAX_ARRIVAL_MS, unit=" ms")
+    num_mappers = _int(fields[2], "number of mappers", low=1, high=MAX_PORTS)
     reducer_index = 3 + num_mappers
     if len(fields) <= reducer_index:
         raise _LineError(
             f"{num_mappers} mappers announced but only {len(fields) - 3} fields follow"
         )
-    mappers = [_port(token, num_ports, "mapper") for token in fields[3:reducer_index]]
-    num_reducers = _int(fields[reducer_index], "number of reducers", low=1)
+    mappers = tuple(_port(token, num_ports, "mapper") for token in fields[3:reducer_index])
+    num_reducers = _int(fields[reducer_index], "number of reducers", low=1, high=MAX_PORTS)
     reducer_tokens = fields[reducer_index + 1 :]
     if len(reducer_tokens) != num_reducers:
         raise _LineError(
             f"{num_reducers} reducers announced, {len(reducer_tokens)} 'port:MB' fields follow"
         )
-    flows: list[Flow] = []
-    local_bytes = 0
+    reducers = []
     for token in reducer_tokens:
         port_text, colon, mb_text = token.partition(":")
         if not colon:
             raise _LineError(f"reducer {token!r} is not 'port:MB'")
         reducer = _port(port_text, num_ports, "reducer")
-        reducer_bytes = round(_float(mb_text, f"reducer {reducer} size (MB)") * BYTES_PER_MB)
+        reducers.append(
+            (reducer, _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB, unit=" MB"))
+        )
+    return TraceCoflow(coflow_id, arrival_ms, mappers, tuple(reducers))
+
+
+def _coflow(fields: list[str], num_ports: int) -> tuple[Experiment, int]:
+    """One coflow line → its experiment and the bytes that stay on a local port."""
+    record = _record(fields, num_ports)
+    if record.num_flows > MAX_FLOWS:
+        raise _LineError(
+            f"{len(record.mappers)} mappers × {len(record.reducers)} reducers exceed "
+            f"the limit of {MAX_FLOWS:,} flows"
+        )
+    mappers = record.mappers
+    num_mappers = len(mappers)
+    flows: list[Flow] = []
+    local_bytes = 0
+    for reducer, mb in record.reducers:
+        reducer_bytes = round(mb * BYTES_PER_MB)
         share, extra = divmod(reducer_bytes, num_mappers)
         sizes = [share + 1] * extra + [share] * (num_mappers - extra)
         flows.extend(
@@ -175,12 +227,58 @@ def _coflow(fields: list[str], num_ports: int) -> tuple[Experiment, int]:
             )
     trial = TrialStage(trial_id=0, iterations=1, compute_s=0.0, sync_flows=tuple(flows))
     experiment = Experiment(
-        experiment_id=coflow_id,
-        arrival_s=arrival_ms / 1000.0,
+        experiment_id=record.coflow_id,
+        arrival_s=record.arrival_ms / 1000.0,
         stages=(Stage(stage_id=0, trials=(trial,)),),
         kind="coflow",
     )
     return experiment, local_bytes
+
+
+def records(text: str, source: str = "<string>") -> tuple[int, list[TraceCoflow]]:
+    """The trace's port count and its coflow lines, checked as :func:`parse` checks them."""
+    num_ports, body = _header_and_body(text, source)
+    out: list[TraceCoflow] = []
+    for number, fields in body:
+        try:
+            out.append(_record(fields, num_ports))
+        except _LineError as error:
+            raise UserError(f"{source}:{number}: {error}") from None
+    return num_ports, out
+
+
+def offline(
+    text: str,
+    source: str = "<string>",
+    *,
+    max_flows: int | None = None,
+    whole_mb: bool = True,
+) -> str:
+    """The offline variant of a trace: every coflow released at time 0.
+
+    ``max_flows`` keeps only the coflows of at most that many mapper × reducer
+    pairs. With ``whole_mb`` each reducer's MB are split evenly over its
+    mappers and every share rounded to whole MB (at least 1), so every flow of
+    the result is a whole number of MB; the reducer's total becomes
+    mappers × share. (The offline setting of the Sincronia paper.)
+    """
+    num_ports, coflows = records(text, source)
+    kept = [c for c in coflows if max_flows is None or c.num_flows <= max_flows]
+    lines = [f"{num_ports} {len(kept)}"]
+    for coflow in kept:
+        reducers = []
+        for port, mb in coflow.reducers:
+            if whole_mb:
+                share_mb = max(1, math.floor(mb / len(coflow.mappers) + 0.5))
+                reducers.append(f"{port}:{share_mb * len(coflow.mappers)}")
+            else:
+                reducers.append(f"{port}:{mb!r}")
+        mappers = " ".join(str(port) for port in coflow.mappers)
+        lines.append(
+            f"{coflow.coflow_id} 0 {len(coflow.mappers)} {mappers} "
+            f"{len(reducers)} {' '.join(reducers)}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def dumps(workload: Workload) -> str:

@@ -34,6 +34,7 @@ from typing import Literal
 
 from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.limits import MAX_HOSTS, MAX_ITERATIONS, MAX_JOBS, MAX_LINK_BPS
 from workloads.models import MODELS, DlModel, get_model
 
 Pattern = Literal["ring", "ps"]
@@ -117,16 +118,20 @@ class HpTuningConfig:
     time_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.num_hosts < 2:
-            raise UserError(f"num_hosts must be >= 2, not {self.num_hosts}")
+        if not 2 <= self.num_hosts <= MAX_HOSTS:
+            raise UserError(f"num_hosts must be 2..{MAX_HOSTS}, not {self.num_hosts}")
+        if self.link_bps > MAX_LINK_BPS:
+            raise UserError(f"link_bps {self.link_bps:g} is above the limit of {MAX_LINK_BPS:g}")
         _require_positive("link_bps", self.link_bps)
         _require_positive("load", self.load)
         _require_positive("bytes_scale", self.bytes_scale)
         _require_positive("time_scale", self.time_scale)
-        if self.num_jobs < 1:
-            raise UserError(f"num_jobs must be >= 1, not {self.num_jobs}")
-        if self.iterations_per_unit < 1:
-            raise UserError(f"iterations_per_unit must be >= 1, not {self.iterations_per_unit}")
+        if not 1 <= self.num_jobs <= MAX_JOBS:
+            raise UserError(f"num_jobs must be 1..{MAX_JOBS}, not {self.num_jobs}")
+        if not 1 <= self.iterations_per_unit <= MAX_ITERATIONS:
+            raise UserError(
+                f"iterations_per_unit must be 1..{MAX_ITERATIONS}, not {self.iterations_per_unit}"
+            )
         if not self.jobs or not self.models or not self.workers or not self.patterns:
             raise UserError("jobs, models, workers and patterns must each list at least one choice")
         for name in self.models:

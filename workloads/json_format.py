@@ -23,6 +23,15 @@ from typing import Any, TypeVar
 from control.errors import UserError
 from control.files import atomic_write_text, parse_json, read_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.limits import (
+    MAX_COFLOWS,
+    MAX_FLOW_BYTES,
+    MAX_FLOWS,
+    MAX_HOSTS,
+    MAX_ITERATIONS,
+    MAX_LINK_BPS,
+    MAX_TIME_S,
+)
 
 FORMAT_ID = "beamer-workload/1"
 MAX_ID = 0xFFFF
@@ -233,12 +242,17 @@ def _integer(value: Any, path: JsonPath, low: int, high: int | None = None) -> i
     return value
 
 
-def _number(value: Any, path: JsonPath, *, positive: bool) -> float:
+def _number(value: Any, path: JsonPath, *, positive: bool, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid(path, f"expected a number, got {_type_name(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
     if not math.isfinite(number):
         raise _Invalid(path, "expected a finite number")
+    if high is not None and number > high:
+        raise _Invalid(path, f"{value} is above the limit of {high:g}")
     if positive and number <= 0:
         raise _Invalid(path, f"{value} must be positive")
     if number < 0:
@@ -276,8 +290,8 @@ def _workload(document: Any) -> Workload:
         raise _Invalid(
             ("format",), f"unsupported format {top['format']!r} (expected {FORMAT_ID!r})"
         )
-    num_hosts = _integer(top["num_hosts"], ("num_hosts",), 1)
-    link_bps = _number(top["link_bps"], ("link_bps",), positive=True)
+    num_hosts = _integer(top["num_hosts"], ("num_hosts",), 1, MAX_HOSTS)
+    link_bps = _number(top["link_bps"], ("link_bps",), positive=True, high=MAX_LINK_BPS)
     meta_value = top.get("meta", {})
     if not isinstance(meta_value, dict):
         raise _Invalid(("meta",), f"expected an object, got {_type_name(meta_value)}")
@@ -288,13 +302,25 @@ def _workload(document: Any) -> Workload:
 
     experiments = _array(top["experiments"], ("experiments",), experiment)
     _unique_ids([e.experiment_id for e in experiments], ("experiments",), ("experiment_id",))
+    trials = [t for e in experiments for s in e.stages for t in s.trials]
+    coflows = sum(t.iterations for t in trials)
+    if coflows > MAX_COFLOWS:
+        raise _Invalid(
+            ("experiments",),
+            f"{coflows:,} coflows (trials × iterations) exceed the limit of {MAX_COFLOWS:,}",
+        )
+    flows = sum(len(t.sync_flows) for t in trials)
+    if flows > MAX_FLOWS:
+        raise _Invalid(
+            ("experiments",), f"{flows:,} synchronisation flows exceed the limit of {MAX_FLOWS:,}"
+        )
     return Workload(num_hosts, link_bps, experiments, meta)
 
 
 def _experiment(value: Any, path: JsonPath, num_hosts: int) -> Experiment:
     fields = _fields(value, path, ("experiment_id", "arrival_s", "stages"), ("kind", "weight"))
     experiment_id = _integer(fields["experiment_id"], (*path, "experiment_id"), 0, MAX_ID)
-    arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False)
+    arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False, high=MAX_TIME_S)
     kind = _string(fields.get("kind", "sha"), (*path, "kind"))
     weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True)
 
@@ -321,8 +347,8 @@ def _stage(value: Any, path: JsonPath, num_hosts: int) -> Stage:
 def _trial(value: Any, path: JsonPath, num_hosts: int) -> TrialStage:
     fields = _fields(value, path, ("trial_id", "iterations", "compute_s", "sync_flows"), ("hosts",))
     trial_id = _integer(fields["trial_id"], (*path, "trial_id"), 0, MAX_ID)
-    iterations = _integer(fields["iterations"], (*path, "iterations"), 1)
-    compute_s = _number(fields["compute_s"], (*path, "compute_s"), positive=False)
+    iterations = _integer(fields["iterations"], (*path, "iterations"), 1, MAX_ITERATIONS)
+    compute_s = _number(fields["compute_s"], (*path, "compute_s"), positive=False, high=MAX_TIME_S)
 
     def host(value: Any, host_path: JsonPath) -> int:
         return _integer(value, host_path, 0, num_hosts - 1)
@@ -342,5 +368,5 @@ def _flow(value: Any, path: JsonPath, num_hosts: int) -> Flow:
     dst = _integer(value[1], (*path, 1), 0, num_hosts - 1)
     if src == dst:
         raise _Invalid(path, f"flow from host {src} to itself does not cross the network")
-    size = _integer(value[2], (*path, 2), 1)
+    size = _integer(value[2], (*path, 2), 1, int(MAX_FLOW_BYTES))
     return Flow(src, dst, size)

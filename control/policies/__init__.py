@@ -13,6 +13,7 @@ from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
 from control.policies.beamer import BeamerPolicy, BeamerStagePolicy
 from control.policies.fair import FairPolicy
+from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.varys import VarysPolicy
@@ -24,6 +25,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "varys": VarysPolicy,
     "aalo": AaloPolicy,
     "fifo-lm": FifoLmPolicy,
+    "fifo": FifoPolicy,
     "fair": FairPolicy,
 }
 

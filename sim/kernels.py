@@ -1,0 +1,439 @@
+"""Compiled rate-allocation kernels: the rules of :mod:`sim.allocate`, one call per allocation.
+
+:mod:`sim.allocate` states the fluid model in numpy, one water-fill per
+priority class; with hundreds of classes that is a Python loop of hundreds of
+numpy calls per event, and it dominated every run. These kernels run the same
+arithmetic, step for step, in machine code (numba): no per-class call
+overhead, and each water-filling round touches only the live entries and
+their ports. They also take *entries* that stand for ``mult`` identical flows
+(same coflow, sender, receiver and size): such flows always get the same rate
+under strict priority and max-min, so the rates are per flow and an entry
+loads each of its ports with ``mult`` flows.
+
+All rates are bytes per second per flow; residual capacities are updated in
+place. Ports are saturated when their residual falls to ``saturated_below``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.allocate import RELATIVE_TOLERANCE
+
+SHARE_SLACK = 1e-12
+"""A port whose fair share is within this fraction of the water level fills with it."""
+
+
+@njit(cache=True, nogil=True)
+def _maxmin_classes(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    residual: np.ndarray,
+    saturated_below: np.ndarray,
+    rates: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Progressive filling class by class, as :func:`sim.allocate.priority_maxmin`.
+
+    Each round raises every live flow of the class by the smallest fair share
+    among its ports; the ports that fill freeze their flows. Instead of adding
+    the increment to every live flow and recounting every port's load each
+    round, the water level is kept as a running sum (a flow's rate is the level
+    at which it froze, the same sum in the same order) and a freezing flow
+    takes itself off its other port's load: a round costs the ports, not the
+    flows.
+
+    ``src``, ``dst`` and ``mult`` are in class order (``order[j]`` is the entry at
+    sorted position j, whose rate goes to ``rates[order[j]]``), so that the scan
+    of a class reads memory in sequence.
+    """
+    num_ports = len(residual)
+    load = np.zeros(num_ports)
+    full = np.zeros(num_ports, dtype=np.bool_)
+    touched = np.empty(num_ports, dtype=np.int64)
+    filled = np.empty(num_ports, dtype=np.int64)
+    port_start = np.zeros(num_ports + 1, dtype=np.int64)
+    port_fill = np.zeros(num_ports, dtype=np.int64)
+    live = np.empty(len(src), dtype=np.int64)
+    by_port = np.empty(2 * len(src), dtype=np.int64)
+    frozen = np.zeros(len(src), dtype=np.bool_)
+    is_open = residual > saturated_below
+    open_count = 0
+    for p in range(num_ports):
+        if is_open[p]:
+            open_count += 1
+    for k in range(len(starts) - 1):
+        if open_count == 0:
+            break
+        n = 0
+        nt = 0
+        for i in range(starts[k], starts[k + 1]):
+            s = src[i]
+            d = dst[i]
+            if mult[i] > 0.0 and is_open[s] and is_open[d]:
+                live[n] = i
+                n += 1
+                if load[s] == 0.0:
+                    touched[nt] = s
+                    nt += 1
+                load[s] += mult[i]
+                if load[d] == 0.0:
+                    touched[nt] = d
+                    nt += 1
+                load[d] += mult[i]
+        if n == 0:
+            continue
+        # Each touched port's live flows, contiguous (counting sort by port).
+        for t in range(nt):
+            port_fill[touched[t]] = 0
+        for j in range(n):
+            i = live[j]
+            port_fill[src[i]] += 1
+            port_fill[dst[i]] += 1
+        total = 0
+        for t in range(nt):
+            p = touched[t]
+            port_start[p] = total
+            total += port_fill[p]
+            port_fill[p] = port_start[p]
+        for j in range(n):
+            i = live[j]
+            by_port[port_fill[src[i]]] = i
+            port_fill[src[i]] += 1
+            by_port[port_fill[dst[i]]] = i
+            port_fill[dst[i]] += 1
+        level = 0.0
+        remaining_live = n
+        while remaining_live > 0:
+            step = np.inf
+            for t in range(nt):
+                p = touched[t]
+                if load[p] > 0.0:
+                    step = min(step, residual[p] / load[p])
+            level += step
+            nf = 0
+            for t in range(nt):
+                p = touched[t]
+                if load[p] <= 0.0:
+                    continue
+                share = residual[p] / load[p]
+                residual[p] -= step * load[p]
+                if share <= step * (1.0 + SHARE_SLACK):
+                    residual[p] = 0.0
+                    full[p] = True
+                elif residual[p] <= saturated_below[p]:
+                    residual[p] = max(residual[p], 0.0)
+                    full[p] = True
+                if full[p]:
+                    open_count -= 1
+                    is_open[p] = False
+                    filled[nf] = p
+                    nf += 1
+            for f in range(nf):
+                p = filled[f]
+                # port_fill[p] is now the end of p's slice in by_port.
+                for j in range(port_start[p], port_fill[p]):
+                    i = by_port[j]
+                    if frozen[i]:
+                        continue
+                    frozen[i] = True
+                    rates[order[i]] = level
+                    remaining_live -= 1
+                    load[src[i]] -= mult[i]
+                    load[dst[i]] -= mult[i]
+                load[p] = 0.0
+        for j in range(n):
+            frozen[live[j]] = False
+        for t in range(nt):
+            p = touched[t]
+            load[p] = 0.0
+            full[p] = False
+
+
+def class_order(flow_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Entries by class, highest first (stable), and where each class starts (CSR)."""
+    order = np.argsort(-flow_class, kind="stable").astype(np.int64)
+    sorted_classes = flow_class[order]
+    boundaries = np.flatnonzero(sorted_classes[1:] != sorted_classes[:-1]) + 1
+    starts = np.empty(len(boundaries) + 2, dtype=np.int64)
+    starts[0] = 0
+    starts[1:-1] = boundaries
+    starts[-1] = len(order)
+    if len(order) == 0:
+        starts = starts[:1]
+    return order, starts
+
+
+def coflow_members(flow_coflow: np.ndarray, num_coflows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Entries grouped by coflow row (stable) and where each row starts (CSR)."""
+    members = np.argsort(flow_coflow, kind="stable").astype(np.int64)
+    starts = np.zeros(num_coflows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(flow_coflow, minlength=num_coflows), out=starts[1:])
+    return members, starts
+
+
+def maxmin_ordered(
+    src_sorted: np.ndarray,
+    dst_sorted: np.ndarray,
+    mult_sorted: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    capacity: np.ndarray,
+    saturated_below: np.ndarray,
+    residual: np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`priority_maxmin` on entries already in class order (see :func:`class_order`):
+    ``src_sorted = src[order]`` and so on. Rates come back in entry order."""
+    rates = np.zeros(len(order))
+    residual = capacity.astype(float).copy() if residual is None else residual
+    _maxmin_classes(
+        src_sorted, dst_sorted, mult_sorted, order, starts, residual, saturated_below, rates
+    )
+    return rates
+
+
+def priority_maxmin(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    flow_class: np.ndarray,
+    capacity: np.ndarray,
+    residual: np.ndarray | None = None,
+    saturated_below: np.ndarray | None = None,
+) -> np.ndarray:
+    """Strict priority by ``flow_class`` (higher first), per-flow max-min inside a class."""
+    residual = capacity.astype(float).copy() if residual is None else residual
+    if saturated_below is None:
+        saturated_below = capacity * RELATIVE_TOLERANCE
+    if len(src) == 0:
+        return np.zeros(0)
+    order, starts = class_order(flow_class)
+    return maxmin_ordered(
+        src[order].astype(np.int64),
+        dst[order].astype(np.int64),
+        mult[order].astype(float),
+        order,
+        starts,
+        capacity,
+        saturated_below.astype(float),
+        residual,
+    )
+
+
+@njit(cache=True, nogil=True)
+def _madd(
+    src: np.ndarray,
+    dst: np.ndarray,
+    remaining: np.ndarray,
+    members: np.ndarray,
+    starts: np.ndarray,
+    coflow_order: np.ndarray,
+    residual: np.ndarray,
+    saturated_below: np.ndarray,
+    rates: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    demand = np.zeros(len(residual))
+    for row in coflow_order:
+        lo = starts[row]
+        hi = starts[row + 1]
+        if lo == hi:
+            continue
+        wanted = False
+        for j in range(lo, hi):
+            i = members[j]
+            if remaining[i] > 0.0:
+                wanted = True
+            demand[src[i]] += remaining[i]
+            demand[dst[i]] += remaining[i]
+        blocked = not wanted
+        alpha = np.inf
+        for j in range(lo, hi):
+            i = members[j]
+            for p in (src[i], dst[i]):
+                if demand[p] > 0.0:
+                    if residual[p] <= saturated_below[p]:
+                        blocked = True
+                    alpha = min(alpha, residual[p] / demand[p])
+        if not blocked:
+            for j in range(lo, hi):
+                i = members[j]
+                rates[i] = alpha * remaining[i]
+            for j in range(lo, hi):
+                i = members[j]
+                for p in (src[i], dst[i]):
+                    if demand[p] > 0.0:
+                        residual[p] = max(residual[p] - alpha * demand[p], 0.0)
+                        demand[p] = 0.0
+        for j in range(lo, hi):
+            i = members[j]
+            demand[src[i]] = 0.0
+            demand[dst[i]] = 0.0
+
+
+def madd(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    remaining: np.ndarray,
+    flow_coflow: np.ndarray,
+    coflow_order: np.ndarray,
+    flow_class: np.ndarray,
+    capacity: np.ndarray,
+) -> np.ndarray:
+    """Varys' MADD in ``coflow_order`` (rows of ``flow_coflow``), then max-min backfill.
+
+    ``remaining`` is each entry's bytes (all its flows); the result is per flow.
+    """
+    if len(src) == 0:
+        return np.zeros(0)
+    members, starts = coflow_members(flow_coflow, int(flow_coflow.max()) + 1)
+    order, class_starts = class_order(flow_class)
+    mult = mult.astype(float)
+    return madd_ordered(
+        src.astype(np.int64),
+        dst.astype(np.int64),
+        mult,
+        remaining.astype(float),
+        members,
+        starts,
+        coflow_order.astype(np.int64),
+        (order, class_starts, src[order].astype(np.int64), dst[order].astype(np.int64)),
+        mult[order],
+        capacity,
+        capacity * RELATIVE_TOLERANCE,
+    )
+
+
+def madd_ordered(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    remaining: np.ndarray,
+    members: np.ndarray,
+    starts: np.ndarray,
+    coflow_order: np.ndarray,
+    classes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    mult_sorted: np.ndarray,
+    capacity: np.ndarray,
+    saturated_below: np.ndarray,
+) -> np.ndarray:
+    """:func:`madd` with the coflows' entries (``members``, ``starts``, see
+    :func:`coflow_members`) and the class order for the backfill (``classes``: order,
+    class starts, sorted senders and receivers) given."""
+    residual = capacity.astype(float).copy()
+    entry_rates = np.zeros(len(src))
+    _madd(
+        src,
+        dst,
+        remaining,
+        members,
+        starts,
+        coflow_order,
+        residual,
+        saturated_below,
+        entry_rates,
+    )
+    order, class_starts, src_sorted, dst_sorted = classes
+    backfill = maxmin_ordered(
+        src_sorted,
+        dst_sorted,
+        mult_sorted,
+        order,
+        class_starts,
+        capacity,
+        saturated_below,
+        residual,
+    )
+    per_flow = np.divide(entry_rates, mult, out=np.zeros(len(src)), where=mult > 0)
+    return per_flow + backfill
+
+
+@njit(cache=True, nogil=True)
+def _greedy(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    order: np.ndarray,
+    residual: np.ndarray,
+    rates: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    for i in order:
+        if mult[i] <= 0.0:
+            continue
+        s = src[i]
+        d = dst[i]
+        rate = min(residual[s], residual[d])
+        if rate > 0.0:
+            rates[i] = rate
+            residual[s] -= rate
+            residual[d] -= rate
+
+
+def greedy(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    flow_order: np.ndarray,
+    capacity: np.ndarray,
+) -> np.ndarray:
+    """Each flow in ``flow_order`` takes min(residual at its two ports).
+
+    Entries must stand for one flow each (``mult`` 1), or 0 for none: of
+    identical flows the first would take what the others cannot.
+    """
+    residual = capacity.astype(float).copy()
+    rates = np.zeros(len(src))
+    _greedy(
+        src.astype(np.int64),
+        dst.astype(np.int64),
+        mult.astype(float),
+        flow_order.astype(np.int64),
+        residual,
+        rates,
+    )
+    return rates
+
+
+@njit(cache=True, nogil=True)
+def advance(
+    rates: np.ndarray, remaining: np.ndarray, rows: np.ndarray, sent: np.ndarray, dt: float
+) -> float:  # pragma: no cover - compiled
+    """Move every entry ``rates × dt`` bytes (at most what it has left); add each entry's
+    bytes to ``sent[rows[i]]``; return the bytes moved."""
+    total = 0.0
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            moved = min(rates[i] * dt, remaining[i])
+            remaining[i] -= moved
+            sent[rows[i]] += moved
+            total += moved
+    return total
+
+
+@njit(cache=True, nogil=True)
+def first_completion_s(rates: np.ndarray, remaining: np.ndarray) -> float:  # pragma: no cover
+    """The shortest time to completion among the moving entries (inf: none moves)."""
+    best = np.inf
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            best = min(best, remaining[i] / rates[i])
+    return best
+
+
+@njit(cache=True, nogil=True)
+def completed(remaining: np.ndarray, tolerance: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Entries whose remaining bytes are at or below their tolerance."""
+    count = 0
+    for i in range(len(remaining)):
+        if remaining[i] <= tolerance[i]:
+            count += 1
+    out = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(len(remaining)):
+        if remaining[i] <= tolerance[i]:
+            out[count] = i
+            count += 1
+    return out
