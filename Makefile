@@ -17,7 +17,7 @@ system-deps:
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP) system-deps

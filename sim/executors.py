@@ -1,0 +1,222 @@
+"""Where simulation runs execute: local worker processes, or Ray tasks.
+
+:func:`run_tasks` calls one picklable, module-level function on every item and
+yields ``(index, result)`` as runs finish, in completion order, with a progress
+bar (runs done / total, ETA) on stderr. A run that raises yields a
+:class:`TaskFailure` instead of its result; the other runs go on.
+
+Executors:
+
+* ``local``: ``jobs`` worker processes on this machine (in the calling process
+  when ``jobs`` is 1);
+* ``ray``: one Ray task per run. Without an address a private Ray instance is
+  started with ``jobs`` CPUs, reachable on the loopback interface only, and
+  shut down at the end (also on Ctrl-C and failure); with ``ray_address``
+  (``HOST:PORT`` of a running cluster's head, or ``auto``) the runs go to that
+  cluster, whose nodes need the project installed.
+
+Ray is an optional dependency (``pip install .[ray]``) imported only here, and
+only when the ``ray`` executor runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from tqdm import tqdm
+
+from control.errors import UserError
+
+ExecutorKind = Literal["local", "ray"]
+EXECUTORS: tuple[ExecutorKind, ...] = ("local", "ray")
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+# With this switch off, a local Ray instance uses the loopback address for every
+# service (by default its services listen on every interface).
+_RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@dataclass(frozen=True, slots=True)
+class Executor:
+    """How to run: ``kind``, parallel runs (local processes, or a local Ray's CPUs)."""
+
+    kind: ExecutorKind = "local"
+    jobs: int = 1
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise UserError(f"--executor: {self.kind!r} is not one of {', '.join(EXECUTORS)}")
+        if self.jobs < 1:
+            raise UserError(f"--jobs: must be at least 1, not {self.jobs}")
+        if self.ray_address is not None and self.kind != "ray":
+            raise UserError("--ray-address applies to --executor ray only")
+
+
+class RunsFailed(UserError):
+    """Some runs raised (each was reported as it failed); the others completed."""
+
+    exit_status = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """A run that raised: one line for the user, the traceback for the record."""
+
+    error: str
+    details: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome(Generic[Result]):
+    value: Result | None
+    failure: TaskFailure | None
+
+
+def _failure(error: BaseException) -> TaskFailure:
+    line = f"{type(error).__name__}: {error}".splitlines()[0]
+    details = "".join(traceback.format_exception(error))
+    return TaskFailure(line, details)
+
+
+def _guarded(fn: Callable[[Item], Result], item: Item) -> _Outcome[Result]:
+    """Run one item; an exception becomes a :class:`TaskFailure` (keeps pools healthy)."""
+    try:
+        return _Outcome(fn(item), None)
+    except Exception as error:
+        return _Outcome(None, _failure(error))
+
+
+def run_tasks(
+    fn: Callable[[Item], Result],
+    items: Sequence[Item],
+    executor: Executor,
+    *,
+    desc: str,
+    describe: Callable[[Item], str] = str,
+) -> Iterator[tuple[int, Result | TaskFailure]]:
+    """Yield ``(index, result or TaskFailure)`` for every item, as runs finish.
+
+    Failures are also written above the progress bar with ``describe(item)``.
+    Leaving the loop early (``break``, Ctrl-C) cancels the runs not yet done.
+    """
+    bar = tqdm(total=len(items), desc=desc, unit="run", file=sys.stderr, disable=None)
+    try:
+        if executor.kind == "ray":
+            source = _ray_outcomes(fn, items, executor)
+        elif executor.jobs <= 1 or len(items) <= 1:
+            source = ((index, _guarded(fn, item)) for index, item in enumerate(items))
+        else:
+            source = _pool_outcomes(fn, items, executor.jobs)
+        try:
+            for index, outcome in source:
+                bar.update()
+                if outcome.failure is not None:
+                    bar.write(
+                        f"run failed: {describe(items[index])}: {outcome.failure.error}",
+                        file=sys.stderr,
+                    )
+                    yield index, outcome.failure
+                else:
+                    yield index, outcome.value  # type: ignore[misc]
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+    finally:
+        bar.close()
+
+
+def _pool_outcomes(
+    fn: Callable[[Item], Result], items: Sequence[Item], jobs: int
+) -> Iterator[tuple[int, _Outcome[Result]]]:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures: dict[Future[_Outcome[Result]], int] = {
+            pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                error = future.exception()
+                if error is not None:  # the worker process died (e.g. killed): only this run
+                    yield futures[future], _Outcome(None, _failure(error))
+                else:
+                    yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def start_local_ray(num_cpus: int) -> None:
+    """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only."""
+    os.environ[_RAY_LOCAL_ONLY_ENV] = "0"  # read by the processes Ray starts
+    ray = _import_ray()
+    import logging
+
+    from ray._private import ray_constants
+
+    # ... and by this process when ray is first imported, which may have happened already.
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        configure_logging=True,
+    )
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray: install the project's ray extra (pip install '.[ray]')"
+        ) from None
+    return ray
+
+
+def _ray_outcomes(
+    fn: Callable[[Item], Result], items: Sequence[Item], executor: Executor
+) -> Iterator[tuple[int, _Outcome[Result]]]:
+    ray = _import_ray()
+    owned = not ray.is_initialized()
+    if owned:
+        if executor.ray_address is None:
+            start_local_ray(executor.jobs)
+        else:
+            try:
+                ray.init(address=executor.ray_address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as error:
+                raise UserError(
+                    f"--ray-address {executor.ray_address}: cannot connect: {error}"
+                ) from None
+    pending: list[Any] = []
+    try:
+        # One task per run; Ray schedules them over the cluster's CPUs.
+        remote = ray.remote(num_cpus=1, max_retries=0)(_guarded)
+        refs = {remote.remote(fn, item): index for index, item in enumerate(items)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=min(len(pending), 64), timeout=0.5)
+            for ref in done:
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayError as error:  # the worker died, the task was lost
+                    outcome = _Outcome(None, _failure(error))
+                yield refs[ref], outcome
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if owned:
+            ray.shutdown()
