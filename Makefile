@@ -6,7 +6,7 @@ BEAMER := $(VENV)/bin/beamer
 STAMP := $(VENV)/.installed
 SEEDS ?= 1,2,3,4,5
 
-.PHONY: install system-deps test lint run simulate bench build clean distclean
+.PHONY: install system-deps test lint run simulate sweep bench build clean distclean
 
 # Debian tools the emulation needs (namespaces, offload switches); only when root and missing.
 system-deps:
@@ -41,6 +41,10 @@ run: install
 simulate: install
 	$(BEAMER) simulate --workload hp-tuning --policies beamer,sincronia,varys,aalo,fifo-lm,fair \
 		--seeds $(SEEDS) --queues ideal,8 --out out/simulate
+
+# The README's sweep table (resumes an interrupted sweep; see docs/sweep.md).
+sweep: install
+	$(BEAMER) sweep sweeps/readme.yaml --out out/sweep/readme
 
 bench: install
 	$(PY) -m bench

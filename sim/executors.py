@@ -42,6 +42,7 @@ Result = TypeVar("Result")
 # With this switch off, a local Ray instance uses the loopback address for every
 # service (by default its services listen on every interface).
 _RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_RAY_NICENESS_ENV = "RAY_worker_niceness"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,9 @@ def _pool_outcomes(
 def start_local_ray(num_cpus: int) -> None:
     """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only."""
     os.environ[_RAY_LOCAL_ONLY_ENV] = "0"  # read by the processes Ray starts
+    # Ray runs its workers at niceness 15 by default: on a shared machine they would
+    # then get almost no CPU. The runs are this command's work: normal priority.
+    os.environ.setdefault(_RAY_NICENESS_ENV, "0")
     ray = _import_ray()
     import logging
 
