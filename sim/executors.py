@@ -22,6 +22,7 @@ only when the ``ray`` executor runs.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -190,9 +191,27 @@ def _import_ray() -> Any:
     return ray
 
 
+def _check_reachable(address: str) -> None:
+    """Fail fast with one line when nothing listens at HOST:PORT (Ray itself retries for
+    minutes); ``auto`` and other address forms are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        if address == "auto" or "://" in address:
+            return
+        raise UserError(f"--ray-address: {address!r} is not HOST:PORT (or auto)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise UserError(f"--ray-address {address}: no Ray head answers there ({reason})") from None
+
+
 def _ray_outcomes(
     fn: Callable[[Item], Result], items: Sequence[Item], executor: Executor
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
+    if executor.ray_address is not None:
+        _check_reachable(executor.ray_address)
     ray = _import_ray()
     owned = not ray.is_initialized()
     if owned:

@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from control.errors import UserError
 from control.files import atomic_write_text
@@ -139,12 +139,15 @@ def _run_and_append(
     failures: list[tuple[SweepRun, TaskFailure]] = []
     if not todo:
         return failures
-    with runs_path.open("a", encoding="utf-8") as handle:
+    handle: TextIO | None = None  # opened at the first result: a sweep that cannot start
+    try:  # (e.g. no Ray cluster at --ray-address) leaves no file behind
         for index, outcome in run_tasks(sweep_run, todo, executor, desc="sweep", describe=_label):
             spec = todo[index]
             if isinstance(outcome, TaskFailure):
                 failures.append((spec, outcome))
                 continue
+            if handle is None:
+                handle = runs_path.open("a", encoding="utf-8")
             record: RunRecord = {
                 "key": spec.key(),
                 "point": spec.point.as_dict(),
@@ -157,6 +160,9 @@ def _run_and_append(
             handle.flush()
             os.fsync(handle.fileno())
             done[record["key"]] = record
+    finally:
+        if handle is not None:
+            handle.close()
     return failures
 
 

@@ -220,6 +220,19 @@ def test_ray_address_needs_the_ray_executor(
     assert "--ray-address applies to --executor ray only" in capsys.readouterr().err
 
 
+def test_unreachable_ray_address_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["sweep", str(write_grid(tmp_path)), "--out", str(out), "--executor", "ray"]
+    assert main([*argv, "--ray-address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "--ray-address 127.0.0.1:1: no Ray head answers there (Connection refused)\n"
+    )
+    assert not (out / "runs.jsonl").exists()
+
+
 def test_repository_grids_are_valid() -> None:
     root = Path(__file__).resolve().parent.parent / "sweeps"
     grids = sorted(root.glob("*.yaml"))
