@@ -1,8 +1,8 @@
 """Sweep executors on this machine: Ray against local processes, speed-up and overhead.
 
-The same sweep runs (small HP-tuning workloads: 3 SHA jobs of up to 8 trials,
-two loads, three policies, four seeds; a few tenths of a second each) go
-through :func:`sim.executors.run_tasks` on
+The same sweep runs (HP-tuning workloads of 4 jobs, the default mix otherwise:
+two loads, three policies, two seeds; one to a few seconds each, of which
+generating the workload is about a fifth) go through :func:`sim.executors.run_tasks` on
 
 * ``serial``: one process, the reference measured in the same run;
 * ``local``: two worker processes (``--executor local --jobs 2``);
@@ -37,7 +37,7 @@ LOADS = (0.6, 1.0)
 
 def sweep_items(seeds: Sequence[int]) -> list[SweepRun]:
     return [
-        SweepRun(Point(load=load, jobs=3, max_trials=8, mix="sha"), seed, policy)
+        SweepRun(Point(load=load, jobs=4), seed, policy)
         for load in LOADS
         for seed in seeds
         for policy in POLICIES
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
-    seeds_per_repeat = 2 if args.quick else 4
+    seeds_per_repeat = 1 if args.quick else 2
     noop_tasks = 100 if args.quick else 400
 
     import ray

@@ -69,14 +69,14 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
     """``FIGURE.csv`` and ``FIGURE.png`` per figure and ``table.md``; returns the rows as JSON."""
     reference = grid.reference
     result: dict[str, Any] = {
-        "grid": grid.path.name,
+        "grid": str(grid.path),
         "reference": reference,
         "seeds": list(grid.seeds),
         "policies": list(grid.policies),
         "figures": {},
     }
     markdown = [
-        f"Produced by `beamer sweep {grid.path.name}`: average SCT over {reference}'s "
+        f"Produced by `beamer sweep {grid.path}`: average SCT over {reference}'s "
         f"(mean over seeds {','.join(map(str, grid.seeds))} of each seed's ratio; > 1 means "
         f"{reference} is lower), and on how many seeds {reference} is lower.",
     ]
