@@ -14,7 +14,9 @@ the tables back and writes only what differs, and polls the stage counters
 that non-clairvoyant policies use as progress. A controller that restarts does
 the same on its first connection, so it neither duplicates nor leaves stale
 entries. A controller whose election id loses arbitration never writes and
-says so in its status and log.
+says so in its status and log; when the client that beat it leaves, it
+arbitrates again with the highest id the switch has seen and takes the switch
+back (docs/p4runtime.md, "Who may write").
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
-import json
 import logging
 import threading
 import time
@@ -64,12 +65,12 @@ from control.events import (
     StageReleased,
     TrialStarted,
     TrialStopped,
-    event_to_json,
     parse_event,
 )
-from control.files import atomic_write_text
+from control.journal import EventJournal
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
 from control.p4runtime_client import (
+    DEFAULT_ELECTION_ID,
     NotPrimaryError,
     P4NameError,
     P4Names,
@@ -479,56 +480,6 @@ def stable_classes(
     return classes
 
 
-# --- event journal ----------------------------------------------------------------------
-
-
-class EventJournal:
-    """The accepted events of the active experiments, one JSON line each, so a restarted
-    controller rebuilds its schedule and finds the switches already right.
-
-    Lines are appended as events are accepted; when an experiment ends, the file is
-    rewritten (atomically: temporary file, then rename) without its events.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._kept: list[tuple[int, str]] = []
-
-    def load(self) -> list[tuple[int, Any]]:
-        """(line number, decoded event) of every journalled event; a missing file is empty."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        except OSError as error:
-            raise UserError(
-                f"{self.path}: cannot read the event journal: {error.strerror}"
-            ) from None
-        events = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                events.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise UserError(f"{self.path}:{number}: not a JSON event: {error.msg}") from None
-        return events
-
-    def append(self, experiment_id: int, event: Event) -> None:
-        line = json.dumps(event_to_json(event), sort_keys=True)
-        self._kept.append((experiment_id, line))
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-
-    def forget(self, experiment_id: int) -> None:
-        self._kept = [(e, line) for e, line in self._kept if e != experiment_id]
-        atomic_write_text(self.path, "".join(line + "\n" for _, line in self._kept))
-
-    def remember(self, experiment_id: int, event: Event) -> None:
-        """Record a replayed event without writing it again."""
-        self._kept.append((experiment_id, json.dumps(event_to_json(event), sort_keys=True)))
-
-
 def _changes_snapshot(event: Event) -> bool:
     """Whether the event can change what the policy sees. A released experiment enters
     the snapshot only with its first stage; a started trial only with its first coflow."""
@@ -594,7 +545,7 @@ class ControllerConfig:
     artifacts: Mapping[Target, PipelineArtifacts]
     policy_name: str
     queues: int = 8
-    election_id: int = 1
+    election_id: int = DEFAULT_ELECTION_ID
     default_target: Target = "embedded"
     layout: PipelineLayout = field(default_factory=PipelineLayout)
     supervise_interval_s: float = 0.5
@@ -695,6 +646,7 @@ class Controller(EventHandler):
         )
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
+            self.journal.check_writable()
             self._replay(self.journal)
 
     def _replay(self, journal: EventJournal) -> None:
@@ -707,7 +659,11 @@ class Controller(EventHandler):
                 raise UserError(f"{journal.path}:{number}: {error}") from None
             if isinstance(event, ExperimentReleased):
                 self._seen_experiments.add(event.experiment.experiment_id)
-            journal.remember(_experiment_of(event), event)
+            experiment_id = _experiment_of(event)
+            if experiment_id in self.state.experiments:
+                journal.remember(experiment_id, event)
+            else:
+                journal.drop(experiment_id)
             self.events_applied += 1
         self._replan()
 
@@ -751,16 +707,21 @@ class Controller(EventHandler):
         started = time.perf_counter()
         with self._lock:
             event = parse_event(raw, self._resolve_host)
-            result = self.state.apply(event, self.now_s())
+            experiment_id = _experiment_of(event)
+            # Journal first, so an event that cannot be kept is not applied either; a
+            # refused event's line is taken back: the file holds the accepted events.
+            mark = self.journal.append(experiment_id, event) if self.journal else None
+            try:
+                result = self.state.apply(event, self.now_s())
+            except EventError:
+                if self.journal is not None and mark is not None:
+                    self.journal.undo(mark)
+                raise
             self.events_applied += 1
             if isinstance(event, ExperimentReleased):
                 self._note_experiment(event.experiment.experiment_id)
-            if self.journal is not None:
-                experiment_id = _experiment_of(event)
-                if experiment_id in self.state.experiments:
-                    self.journal.append(experiment_id, event)
-                else:
-                    self.journal.forget(experiment_id)
+            if self.journal is not None and experiment_id not in self.state.experiments:
+                self.journal.forget(experiment_id)
             ticket = 0
             if _changes_snapshot(event):
                 self._changes += 1
@@ -970,6 +931,8 @@ class Controller(EventHandler):
             connect_timeout_s=min(self.config.rpc_timeout_s, CONNECT_TIMEOUT_S),
             on_stream_lost=lambda _c: self._wake.set(),
             on_arbitration=lambda _c, _primary: self._wake.set(),
+            # Take the switch back when a client with a higher id was primary and left.
+            reclaim=True,
         )
         try:
             primary = client.connect()
@@ -1225,6 +1188,7 @@ class Controller(EventHandler):
                         "state": s.state,
                         "error": s.error,
                         "provisions": s.provisions,
+                        "election_id": s.client.election_id if s.client is not None else None,
                         "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),
                     }
                     for s in self.sessions.values()

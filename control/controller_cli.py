@@ -24,8 +24,19 @@ from control.controller import (
     Target,
 )
 from control.errors import UserError
-from control.events import EventClient, EventServer, default_socket_path
+from control.events import (
+    REQUEST_TIMEOUT_S,
+    EventClient,
+    EventServer,
+    ServerLimits,
+    default_socket_dir,
+    default_socket_path,
+    ensure_private_dir,
+    raise_open_files_limit,
+)
+from control.files import read_text
 from control.model import CoflowKey
+from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import get_policy
 from control.policies.base import Policy, Ranking
 from control.topology import load_topology
@@ -57,9 +68,16 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--events-socket",
         default=None,
-        help=f"Unix socket for hosts in other namespaces (default {default_socket_path()})",
+        help="Unix socket for hosts in other namespaces (default "
+        f"{default_socket_path()}, in a directory only this user may write)",
     )
-    run.add_argument("--election-id", type=int, default=1, help="P4Runtime election id (> 0)")
+    run.add_argument(
+        "--election-id",
+        default=format_election_id(DEFAULT_ELECTION_ID),
+        metavar="N|HIGH,LOW",
+        help="P4Runtime election id, an integer or HIGH,LOW as p4runtime-shell takes it "
+        "(default %(default)s = 2**65, above the tools' defaults)",
+    )
     run.add_argument(
         "--target",
         choices=("embedded", "bmv2"),
@@ -75,6 +93,12 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=None,
         help="keep accepted events in this file so a restarted controller continues",
+    )
+    run.add_argument(
+        "--events-timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        help="seconds a client has to send one whole request (default %(default)s)",
     )
     run.set_defaults(func=run_controller)
 
@@ -122,9 +146,9 @@ def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> Pipeline
         )
     try:
         device_config = json_path.read_bytes()
-        p4info_text = p4info_path.read_text(encoding="utf-8")
     except OSError as error:
         raise UserError(f"{error.filename}: {error.strerror}") from None
+    p4info_text = read_text(p4info_path)
     p4info = p4info_pb2.P4Info()
     try:
         text_format.Parse(p4info_text, p4info)
@@ -140,11 +164,20 @@ def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8 (3-bit priority)")
-    if args.election_id <= 0:
-        raise UserError("--election-id: must be positive (0 is reserved by P4Runtime)")
+    try:
+        election_id = parse_election_id(args.election_id)
+    except ValueError as error:
+        raise UserError(f"--election-id: {error}") from None
+    if not 0 < args.events_timeout <= 3600:
+        raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
     if not args.counter_interval > 0:
         raise UserError(f"--counter-interval: {args.counter_interval} is not a positive number")
     topology = load_topology(args.topo)
+    if args.events_socket:
+        socket_path = args.events_socket
+    else:
+        ensure_private_dir(default_socket_dir())
+        socket_path = default_socket_path()
     targets: set[Target] = {s.target or args.target for s in topology.switches}
     artifacts: dict[Target, PipelineArtifacts] = {}
     if "embedded" in targets:
@@ -157,14 +190,15 @@ def run_controller(args: argparse.Namespace) -> int:
         artifacts=artifacts,
         policy_name=args.policy,
         queues=args.queues,
-        election_id=args.election_id,
+        election_id=election_id,
         default_target=args.target,
         counter_interval_s=args.counter_interval,
         journal_path=args.journal,
     )
     controller = Controller(config, policy, assign, policy_factory=lambda: get_policy(args.policy))
-    socket_path = args.events_socket or default_socket_path()
-    server = EventServer(controller, tcp_addr=args.events_addr, unix_path=socket_path)
+    limits = ServerLimits(request_timeout_s=args.events_timeout)
+    raise_open_files_limit(limits.max_connections + 256)
+    server = EventServer(controller, args.events_addr, socket_path, limits)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -205,7 +239,7 @@ def show_status(args: argparse.Namespace) -> int:
 def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"policy {status['policy']}, {status['queues']} classes, election id "
-        f"{status['election_id']}, {status['events_applied']} events"
+        f"{format_election_id(status['election_id'])}, {status['events_applied']} events"
         + (
             f", last reaction {status['last_reaction_ms']} ms"
             if status.get("last_reaction_ms") is not None
@@ -216,6 +250,10 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     for switch in status["switches"]:
         line = f"  {switch['name']:<8} {switch['address']:<22} {switch['state']}"
+        current = switch.get("election_id")
+        if current is not None and current != status["election_id"]:
+            # Taken back from a client with a higher id: the id the switch last saw.
+            line += f"  election id {format_election_id(current)}"
         if switch.get("error"):
             line += f"  ({switch['error']})"
         lines.append(line)

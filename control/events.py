@@ -11,26 +11,42 @@ hosts inside other network namespaces reach through the shared filesystem).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
-import http.server
+import ipaddress
+import itertools
 import json
+import logging
+import math
 import os
+import resource
 import socket
-import socketserver
+import stat
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, ClassVar
+
+import h11
 
 from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage
 
+log = logging.getLogger(__name__)
+
 API_PREFIX = "/v1"
-MAX_BODY_BYTES = 64 * 1024 * 1024
 ID16_MAX = 0xFFFF
+WEIGHT_RANGE = (1e-6, 1e6)
+"""An experiment's weight: finite and positive; the bounds keep the policies' weight
+arithmetic (ratios and differences of weights and byte counts) finite."""
+MAX_SECONDS = 1e9
+"""Upper bound of every duration or time in an event (about 31 years)."""
 
 
 class EventError(UserError):
@@ -131,6 +147,11 @@ HostResolver = Callable[[str | int], int]
 # --- JSON → events ----------------------------------------------------------------------
 
 
+def _short(name: str) -> str:
+    """A field name as a message quotes it (a hostile key may be megabytes long)."""
+    return name if len(name) <= SHOW_CHARS else name[: SHOW_CHARS - 3] + "..."
+
+
 def _fail(field: str, message: str) -> EventError:
     return EventError(f"{field}: {message}" if field else message)
 
@@ -143,7 +164,7 @@ def _object(
     prefix = f"{field}." if field else ""
     for key in value:
         if key not in allowed:
-            raise _fail(f"{prefix}{key}", f"unknown field (allowed: {', '.join(allowed)})")
+            raise _fail(f"{prefix}{_short(key)}", f"unknown field (allowed: {', '.join(allowed)})")
     for key in required:
         if key not in value:
             raise _fail(f"{prefix}{key}", "missing required field")
@@ -152,16 +173,37 @@ def _object(
 
 def _int(value: Any, field: str, high: int = 2**63 - 1, low: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(field, f"expected an integer, got {json.dumps(value)}")
+        raise _fail(field, f"expected an integer, got {_show(value)}")
     if not low <= value <= high:
-        raise _fail(field, f"{value} is out of range {low}..{high}")
+        raise _fail(field, f"{_show(value)} is out of range {low}..{high}")
     return value
 
 
-def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise _fail(field, f"expected a non-negative number, got {json.dumps(value)}")
-    return float(value)
+def _number(value: Any, field: str, low: float, high: float) -> float:
+    """A finite JSON number in ``low..high`` (NaN and infinities never pass)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(field, f"expected a number, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range
+        raise _fail(field, f"{_show(value)} is out of range {low:g}..{high:g}") from None
+    if not math.isfinite(number) or not low <= number <= high:
+        raise _fail(field, f"{_show(value)} is out of range {low:g}..{high:g}")
+    return number
+
+
+SHOW_CHARS = 40
+"""How much of a refused value an error message quotes: replies never echo a body."""
+
+
+def _show(value: Any) -> str:
+    """A short JSON rendering of a (possibly huge or deeply nested) value for a message."""
+    if isinstance(value, list | dict):
+        return "a JSON list" if isinstance(value, list) else "a JSON object"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**SHOW_CHARS:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = json.dumps(value)
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 3] + "..."
 
 
 def _list(value: Any, field: str) -> list[Any]:
@@ -179,7 +221,7 @@ def parse_event(raw: Any, resolve_host: HostResolver | None = None) -> Event:
         body = _object(raw, "", ("type", "experiment"), ("experiment",))
         return ExperimentReleased(parse_experiment(body["experiment"], resolve_host))
     if kind not in _SIMPLE_EVENTS:
-        raise _fail("type", f"{json.dumps(kind)} is not one of {', '.join(EVENT_TYPES)}")
+        raise _fail("type", f"{_show(kind)} is not one of {', '.join(EVENT_TYPES)}")
     cls, fields = _SIMPLE_EVENTS[kind]
     body = _object(raw, "", ("type", *fields), fields)
     values = [_int(body[name], name, _ID_LIMITS.get(name, 2**31 - 1)) for name in fields]
@@ -200,10 +242,8 @@ def parse_experiment(raw: Any, resolve_host: HostResolver | None = None) -> Expe
     kind = body.get("kind", "sha")
     if not isinstance(kind, str):
         raise _fail(f"{field}.kind", "expected a string")
-    weight = _number(body.get("weight", 1.0), f"{field}.weight")
-    if weight <= 0:
-        raise _fail(f"{field}.weight", "must be positive")
-    arrival_s = _number(body.get("arrival_s", 0.0), f"{field}.arrival_s")
+    weight = _number(body.get("weight", 1.0), f"{field}.weight", *WEIGHT_RANGE)
+    arrival_s = _number(body.get("arrival_s", 0.0), f"{field}.arrival_s", 0.0, MAX_SECONDS)
     stages: list[Stage] = []
     stage_ids: set[int] = set()
     raw_stages = _list(body["stages"], f"{field}.stages")
@@ -242,7 +282,7 @@ def _parse_trial(
         raise _fail(f"{field}.trial_id", f"duplicate trial id {trial_id}")
     trial_ids.add(trial_id)
     iterations = _int(body["iterations"], f"{field}.iterations", 2**31 - 1, 1)
-    compute_s = _number(body.get("compute_s", 0.0), f"{field}.compute_s")
+    compute_s = _number(body.get("compute_s", 0.0), f"{field}.compute_s", 0.0, MAX_SECONDS)
     hosts = tuple(
         _host(value, f"{field}.hosts[{i}]", resolve_host)
         for i, value in enumerate(_list(body.get("hosts", []), f"{field}.hosts"))
@@ -266,7 +306,7 @@ def _parse_trial(
 
 def _host(value: Any, field: str, resolve_host: HostResolver | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise _fail(field, f"expected a host name or index, got {json.dumps(value)}")
+        raise _fail(field, f"expected a host name or index, got {_show(value)}")
     if resolve_host is None:
         if isinstance(value, str):
             raise _fail(field, "host names need a topology; give the host index")
@@ -274,7 +314,7 @@ def _host(value: Any, field: str, resolve_host: HostResolver | None) -> int:
     try:
         return resolve_host(value)
     except KeyError:
-        raise _fail(field, f"unknown host {json.dumps(value)}") from None
+        raise _fail(field, f"unknown host {_show(value)}") from None
 
 
 def experiment_to_json(experiment: Experiment) -> dict[str, Any]:
@@ -313,6 +353,49 @@ def event_to_json(event: Event) -> dict[str, Any]:
     return {"type": event.type, **{name: getattr(event, name) for name in fields}}
 
 
+# --- strict JSON ------------------------------------------------------------------------
+
+
+class JSONError(ValueError):
+    """Bytes that are not strict JSON; the message is short and quotes none of the input."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JSONError(f"{name} is not a JSON number (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JSONError("a number is beyond the range of a 64-bit float")
+    return value
+
+
+def decode_json(data: bytes) -> Any:
+    """Strict JSON (RFC 8259) from UTF-8 bytes.
+
+    ``NaN``, ``Infinity`` and numbers that overflow a float, integers beyond Python's
+    limit on digits, nesting deeper than the interpreter's recursion limit, and bytes
+    that are not UTF-8 raise :class:`JSONError`, whose message quotes none of the input.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JSONError(
+            f"not UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}"
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except JSONError:
+        raise
+    except json.JSONDecodeError as error:
+        raise JSONError(f"{error.msg} at line {error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise JSONError("nested too deeply") from None
+    except ValueError:  # the interpreter's limit on the digits of an integer
+        raise JSONError("an integer has too many digits") from None
+
+
 # --- server -----------------------------------------------------------------------------
 
 
@@ -327,124 +410,229 @@ class EventHandler:
         raise NotImplementedError
 
 
-class _RequestHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "beamer-controller"
-    handler: EventHandler  # set on the per-server subclass
-
-    def do_GET(self) -> None:
-        if self.path in (f"{API_PREFIX}/status", "/status"):
-            self._reply(200, self.handler.status())
-        elif self.path in (f"{API_PREFIX}/health", "/health"):
-            self._reply(200, {"ok": True})
-        else:
-            self._reply(404, {"ok": False, "error": f"no such resource {self.path}"})
-
-    def do_POST(self) -> None:
-        if self.path not in (f"{API_PREFIX}/events", "/events"):
-            self._reply(404, {"ok": False, "error": f"no such resource {self.path}"})
-            return
-        length_text = self.headers.get("Content-Length")
-        if length_text is None or not length_text.isdigit():
-            self._reply(411, {"ok": False, "error": "Content-Length required"})
-            return
-        length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            self._reply(413, {"ok": False, "error": f"body larger than {MAX_BODY_BYTES} bytes"})
-            self.close_connection = True
-            return
-        body = self.rfile.read(length)
-        try:
-            raw = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            self._reply(400, {"ok": False, "error": f"body is not JSON: {error}"})
-            return
-        try:
-            result = self.handler.handle_event(raw)
-        except EventError as error:
-            self._reply(400, {"ok": False, "error": str(error)})
-            return
-        except Exception as error:  # the daemon must outlive a bug in one request
-            self._reply(500, {"ok": False, "error": f"internal error: {error!r}"})
-            return
-        self._reply(200, {"ok": True, **result})
-
-    def _reply(self, status: int, payload: Mapping[str, Any]) -> None:
-        data = json.dumps(payload, sort_keys=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def address_string(self) -> str:
-        # Unix-socket peers have no (host, port).
-        client = self.client_address
-        return str(client[0]) if isinstance(client, tuple) and client else "unix"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the controller logs what matters itself."""
+REQUEST_TIMEOUT_S = 10.0
 
 
-class _TcpRequestHandler(_RequestHandler):
-    # Replies are written as headers then body; without this, Nagle's algorithm and the
-    # peer's delayed ACK hold the body back ~40 ms on every keep-alive request.
-    disable_nagle_algorithm = True
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client may cost the event server (``docs/controller.md`` explains each)."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Larger bodies get 413 before they are read."""
+    small_body_bytes: int = 64 * 1024
+    """Bodies up to this size are read at once; larger ones wait for one of
+    ``large_bodies`` slots, which bounds the memory that bodies in flight take."""
+    large_bodies: int = 4
+    max_header_bytes: int = 16 * 1024
+    """Request line plus headers; more gets 431."""
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    """From a request's first byte to its last; a slower request gets 408."""
+    idle_timeout_s: float = 60.0
+    """A connection with no request in progress is closed after this long."""
+    write_timeout_s: float = 10.0
+    """A client that does not read its reply for this long is disconnected."""
+    max_connections: int = 512
+    """Open connections; a new one beyond this evicts another that has no request being
+    handled: first the oldest that never completed a request, then the longest idle."""
+    workers: int = 8
+    """Threads that run events and status requests (the controller's own work)."""
 
 
-class _TcpServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+API_PATHS = {
+    f"{API_PREFIX}/events": "POST",
+    "/events": "POST",
+    f"{API_PREFIX}/status": "GET",
+    "/status": "GET",
+    f"{API_PREFIX}/health": "GET",
+    "/health": "GET",
+}
+MAX_MESSAGE_CHARS = 300
+"""Error messages in replies are cut to this length."""
+_READ_CHUNK = 64 * 1024
+LINGER_S = 1.0
+"""How long a connection closed after an error reply is drained."""
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+class _Refuse(Exception):
+    """Ends a request with an HTTP error reply and closes the connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(eq=False)
+class _Client:
+    """One open connection, as the eviction rule sees it."""
+
+    task: asyncio.Task[None] | None
+    idle_since: float
+    busy: bool = False
+    """A complete request of this connection is being handled: never evicted."""
+    served: int = 0
+    """Requests answered: connections that never completed one are evicted first."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listener:
+    sock: socket.socket
+    tcp: bool
+    port: int = 0
+    host: str = ""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _host_is_literal(value: str) -> bool:
+    """Whether a Host header names ``localhost`` or an IP address (with optional port):
+    a name that DNS resolves could be rebound to this address by a web page."""
+    host = value.strip()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class EventServer:
-    """Serves the event API on a TCP address and/or a Unix socket until :meth:`stop`."""
+    """Serves the event API on a TCP address and/or a Unix socket until :meth:`stop`.
+
+    One asyncio event loop (its own thread) reads every connection, with the HTTP/1.1
+    framing done by ``h11``; complete requests run on a small thread pool, since the
+    controller's work blocks (locks, P4Runtime writes). Slow or hostile clients cost a
+    coroutine and a socket each, within :class:`ServerLimits`, never a thread, so health
+    checks answer while a thousand half-sent requests are open.
+    """
 
     def __init__(
         self,
         handler: EventHandler,
         tcp_addr: str | None = "127.0.0.1:0",
         unix_path: str | Path | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
-        tcp_class = type("BoundTcpHandler", (_TcpRequestHandler,), {"handler": handler})
-        unix_class = type("BoundUnixHandler", (_RequestHandler,), {"handler": handler})
-        self._servers: list[socketserver.BaseServer] = []
-        self._threads: list[threading.Thread] = []
+        self.handler = handler
+        self.limits = limits or ServerLimits()
         self.unix_path = Path(unix_path) if unix_path is not None else None
         self.tcp_address: tuple[str, int] | None = None
+        self._listeners: list[_Listener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._clients: dict[int, _Client] = {}
+        self._large: asyncio.Semaphore | None = None
+        self._ids = itertools.count()
         try:
             if tcp_addr is not None:
-                host, port = parse_hostport(tcp_addr)
-                tcp = _TcpServer((host, port), tcp_class)
-                self.tcp_address = (host, tcp.server_address[1])
-                self._servers.append(tcp)
+                self._listeners.append(self._listen_tcp(tcp_addr))
             if self.unix_path is not None:
-                _remove_stale_socket(self.unix_path)
-                self._servers.append(_UnixServer(str(self.unix_path), unix_class))
+                self._listeners.append(self._listen_unix(self.unix_path))
         except OSError as error:
             self.stop()
             where = unix_path if unix_path is not None and tcp_addr is None else tcp_addr
             raise UserError(f"events API: cannot listen on {where}: {error.strerror}") from None
 
+    def _listen_tcp(self, address: str) -> _Listener:
+        host, port = parse_hostport(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        self.tcp_address = (host, sock.getsockname()[1])
+        return _Listener(sock, True, self.tcp_address[1], host)
+
+    def _listen_unix(self, path: Path) -> _Listener:
+        _remove_stale_socket(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            # Only the controller's user (and root) may send events over the socket.
+            os.chmod(path, 0o600)
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        return _Listener(sock, False)
+
+    # -- lifecycle --
+
     def start(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="events")
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run_loop, args=(loop, ready), name="events", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+
+    def _run_loop(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        self._large = asyncio.Semaphore(self.limits.large_bodies)
+        for listener in self._listeners:
+
+            def serve(
+                reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter,
+                listener: _Listener = listener,
+            ) -> Coroutine[Any, Any, None]:
+                return self._connection(reader, writer, listener)
+
+            if listener.tcp:
+                start = asyncio.start_server(serve, sock=listener.sock, limit=_READ_CHUNK)
+            else:
+                start = asyncio.start_unix_server(serve, sock=listener.sock, limit=_READ_CHUNK)
+            self._servers.append(loop.run_until_complete(start))
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _shutdown(self) -> None:
         for server in self._servers:
-            thread = threading.Thread(target=server.serve_forever, name="events", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            server.close()
+        for client in list(self._clients.values()):
+            if client.task is not None:
+                client.task.cancel()
+        tasks = [c.task for c in self._clients.values() if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=2)
 
     def stop(self) -> None:
-        for server in self._servers:
-            if self._threads:
-                server.shutdown()
-            server.server_close()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+        self._loop = None
+        self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        for listener in self._listeners:
+            listener.sock.close()
+        self._listeners.clear()
         self._servers.clear()
-        self._threads.clear()
         if self.unix_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.unix_path.unlink()
@@ -453,6 +641,293 @@ class EventServer:
     def url(self) -> str:
         assert self.tcp_address is not None
         return f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+
+    # -- connections --
+
+    def _admit(self, client: _Client) -> bool:
+        """Make room for a new connection: evict the longest-idle one that has no request
+        being handled. False when every connection is busy."""
+        if len(self._clients) < self.limits.max_connections:
+            return True
+        idle = [c for c in self._clients.values() if not c.busy and c.task is not None]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: (c.served > 0, c.idle_since))
+        assert victim.task is not None
+        victim.task.cancel()
+        for key, value in list(self._clients.items()):
+            if value is victim:
+                del self._clients[key]
+        return True
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: _Listener
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        client = _Client(asyncio.current_task(), loop.time())
+        if not self._admit(client):
+            with contextlib.suppress(Exception):
+                writer.write(_raw_reply(503, "too many requests in progress"))
+                await asyncio.wait_for(writer.drain(), self.limits.write_timeout_s)
+            writer.close()
+            return
+        key = next(self._ids)
+        self._clients[key] = client
+        connection = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes
+        )
+        try:
+            while await self._one_request(connection, reader, writer, listener, client):
+                client.served += 1
+                connection.start_next_cycle()
+                client.idle_since = loop.time()
+        except (asyncio.CancelledError, ConnectionError, TimeoutError, h11.ProtocolError):
+            pass
+        finally:
+            self._clients.pop(key, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Before closing after an early reply, end our side and read away what the client
+        is still sending (briefly, boundedly): closing a socket with unread input resets
+        the connection, and the client could lose the reply."""
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER_S
+        budget = self.limits.max_body_bytes
+        with contextlib.suppress(OSError, TimeoutError):
+            while budget > 0 and (remaining := deadline - loop.time()) > 0:
+                data = await asyncio.wait_for(reader.read(_READ_CHUNK), remaining)
+                if not data:
+                    break
+                budget -= len(data)
+
+    async def _receive(
+        self, connection: h11.Connection, reader: asyncio.StreamReader, deadline: float
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        while True:
+            event = connection.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _Refuse(408, "request not complete in time")
+            try:
+                data = await asyncio.wait_for(reader.read(_READ_CHUNK), remaining)
+            except TimeoutError:
+                raise _Refuse(408, "request not complete in time") from None
+            connection.receive_data(data)
+
+    async def _one_request(
+        self,
+        connection: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: _Listener,
+        client: _Client,
+    ) -> bool:
+        """Serve one request; returns whether the connection may carry another."""
+        loop = asyncio.get_running_loop()
+        limits = self.limits
+        release = False
+        try:
+            try:
+                if connection.next_event() is h11.NEED_DATA:
+                    # Idle keep-alive: wait for the next request's first bytes.
+                    try:
+                        data = await asyncio.wait_for(
+                            reader.read(_READ_CHUNK), limits.idle_timeout_s
+                        )
+                    except TimeoutError:
+                        return False
+                    connection.receive_data(data)
+                deadline = loop.time() + limits.request_timeout_s
+                request = await self._receive(connection, reader, deadline)
+                if isinstance(request, h11.ConnectionClosed):
+                    return False
+                assert isinstance(request, h11.Request)
+                # h11 bounds only what arrives incomplete; a whole head can be larger.
+                head_bytes = len(request.target) + sum(
+                    len(name) + len(value) + 4 for name, value in request.headers
+                )
+                if head_bytes > limits.max_header_bytes:
+                    raise _Refuse(431, "request headers too large")
+                headers = {name.decode("latin-1"): value for name, value in request.headers}
+                path = request.target.decode("latin-1").partition("?")[0]
+                method = request.method.decode("latin-1")
+                origins = [value for name, value in request.headers if name == b"origin"]
+                self._check_origin(headers, origins, listener)
+                if path not in API_PATHS:
+                    raise _Refuse(404, f"no such resource {_clip(path)}")
+                if method != API_PATHS[path]:
+                    raise _Refuse(405, f"{_clip(method)} is not allowed on {path}")
+                if method == "GET":
+                    # Read to the end of the request; a body is read away, not kept.
+                    await self._body(connection, reader, deadline, keep=False)
+                    if path.endswith("/health"):
+                        status, payload = 200, {"ok": True}
+                    else:
+                        client.busy = True
+                        status, payload = await loop.run_in_executor(self._pool, self._status)
+                else:
+                    length = self._check_post(headers)
+                    if length is None or length > limits.small_body_bytes:
+                        assert self._large is not None
+                        remaining = max(deadline - loop.time(), 0.0)
+                        try:
+                            await asyncio.wait_for(self._large.acquire(), remaining)
+                        except TimeoutError:
+                            raise _Refuse(503, "busy: too many large requests") from None
+                        release = True
+                    body = await self._body(connection, reader, deadline)
+                    client.busy = True
+                    status, payload = await loop.run_in_executor(self._pool, self._event, body)
+            except h11.RemoteProtocolError as error:
+                raise _Refuse(error.error_status_hint, f"malformed request: {error}") from None
+        except _Refuse as refusal:
+            await self._send(connection, writer, refusal.status, error_body(refusal.message), True)
+            await self._linger(reader, writer)
+            return False
+        finally:
+            if release:
+                assert self._large is not None
+                self._large.release()
+        # Still busy while the reply goes out: an applied event's reply is never evicted.
+        await self._send(connection, writer, status, payload, False)
+        client.busy = False
+        return connection.our_state is h11.DONE and connection.their_state is h11.DONE
+
+    def _check_origin(
+        self, headers: Mapping[str, bytes], origins: Sequence[bytes], listener: _Listener
+    ) -> None:
+        """Refuse what a web page could send: a foreign ``Origin`` (any, on the Unix
+        socket), and on TCP a ``Host`` that is a DNS name (DNS rebinding)."""
+        host = headers.get("host")
+        if listener.tcp and host is not None and not _host_is_literal(host.decode("latin-1")):
+            raise _Refuse(403, "Host must be localhost or an IP address")
+        own = {"localhost", "127.0.0.1", "::1", listener.host}
+        for origin in origins:
+            parts = urllib.parse.urlsplit(origin.decode("latin-1").strip())
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if not (
+                listener.tcp
+                and parts.scheme == "http"
+                and parts.hostname in own
+                and port == listener.port
+            ):
+                raise _Refuse(403, "cross-origin requests are refused")
+
+    def _check_post(self, headers: Mapping[str, bytes]) -> int | None:
+        """The body's announced length (None when chunked) after the content-type check."""
+        media, _, params = headers.get("content-type", b"").decode("latin-1").partition(";")
+        charset = params.strip().lower().replace(" ", "")
+        if media.strip().lower() != "application/json" or charset not in (
+            "",
+            "charset=utf-8",
+            'charset="utf-8"',
+        ):
+            raise _Refuse(415, "events must be sent as Content-Type: application/json")
+        if "content-length" not in headers:
+            if "transfer-encoding" in headers:
+                return None
+            raise _Refuse(411, "Content-Length required")
+        length = int(headers["content-length"])  # h11 has checked it is a number
+        if length > self.limits.max_body_bytes:
+            raise _Refuse(413, f"body larger than {self.limits.max_body_bytes} bytes")
+        return length
+
+    async def _body(
+        self,
+        connection: h11.Connection,
+        reader: asyncio.StreamReader,
+        deadline: float,
+        keep: bool = True,
+    ) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            event = await self._receive(connection, reader, deadline)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.limits.max_body_bytes:
+                    raise _Refuse(413, f"body larger than {self.limits.max_body_bytes} bytes")
+                if keep:
+                    parts.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            else:
+                raise _Refuse(400, "request ended before its body")
+
+    async def _send(
+        self,
+        connection: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: Mapping[str, Any],
+        close: bool,
+    ) -> None:
+        data = json.dumps(payload, sort_keys=True).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        if close:
+            headers.append(("Connection", "close"))
+        try:
+            out = connection.send(
+                h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase)
+            )
+            out = (out or b"") + (connection.send(h11.Data(data=data)) or b"")
+            out += connection.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError:
+            # The request was too broken for h11 to frame a reply: answer it raw.
+            if not close:
+                raise
+            out = _raw_reply(status, str(payload.get("error", "")))
+        writer.write(out)
+        await asyncio.wait_for(writer.drain(), self.limits.write_timeout_s)
+
+    # -- the controller's side (worker threads) --
+
+    def _status(self) -> tuple[int, dict[str, Any]]:
+        try:
+            return 200, self.handler.status()
+        except Exception as error:  # the daemon must outlive a bug in one request
+            log.exception("status failed")
+            return 500, error_body(f"internal error: {error!r}")
+
+    def _event(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            raw = decode_json(body)
+        except JSONError as error:
+            return 400, error_body(f"body is not JSON: {error}")
+        try:
+            result = self.handler.handle_event(raw)
+        except UserError as error:
+            return 400, error_body(str(error))
+        except Exception as error:  # the daemon must outlive a bug in one request
+            log.exception("event failed")
+            return 500, error_body(f"internal error: {error!r}")
+        return 200, {"ok": True, **result}
+
+
+def error_body(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": _clip(message)}
+
+
+def _raw_reply(status: int, message: str) -> bytes:
+    data = json.dumps(error_body(message)).encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + data
 
 
 def _remove_stale_socket(path: Path) -> None:
@@ -615,7 +1090,55 @@ class EventClient:
         return self.send(ExperimentFinished(experiment_id))
 
 
+SOCKET_NAME = "beamer-controller.sock"
+
+
+def default_socket_dir() -> Path:
+    """Where ``beamer controller`` puts its Unix socket unless told otherwise: the
+    user's ``$XDG_RUNTIME_DIR``, else ``beamer-UID`` in the temporary directory, a
+    directory only this user may write (see :func:`ensure_private_dir`)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime)
+    return Path(tempfile.gettempdir()) / f"beamer-{os.getuid()}"
+
+
 def default_socket_path() -> str:
-    """Where ``beamer controller`` puts its Unix socket unless told otherwise."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return str(Path(runtime) / "beamer-controller.sock")
+    return str(default_socket_dir() / SOCKET_NAME)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (mode 0700) if missing, and refuse it unless it is a real directory
+    owned by this user that nobody else may write: in a world-writable parent another
+    user could otherwise own the directory, or plant a file where the socket goes."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise UserError(
+            f"events API: cannot create {path}: {error.strerror}; "
+            "choose another socket with --events-socket PATH"
+        ) from None
+    info = path.lstat()
+    problem = None
+    if not stat.S_ISDIR(info.st_mode):
+        problem = "is not a directory"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to user {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & 0o022:
+        problem = f"may be written by other users (mode {stat.S_IMODE(info.st_mode):04o})"
+    if problem is not None:
+        raise UserError(
+            f"events API: {path} {problem}; choose another socket with --events-socket PATH"
+        )
+
+
+def raise_open_files_limit(needed: int) -> None:
+    """Raise the soft limit on open files towards ``needed`` (within the hard limit), so
+    the event server's connection cap, not the descriptor limit, decides."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

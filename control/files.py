@@ -1,29 +1,137 @@
 """Reading user files and writing outputs so that nothing is ever half-written.
 
 One implementation for every component: workload files, compiler outputs,
-simulator reports, run state and the controller's journal.
+simulator reports, run state and the controller's journal. Every JSON document
+a user hands in (topology, workload) is read by :func:`read_json` /
+:func:`parse_json`, which turn anything wrong (encoding, syntax, nesting, numbers)
+into one :class:`UserError` line naming the file and line.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
 
 from control.errors import UserError
+
+# Deepest nesting of arrays and objects a user's JSON may have. Our formats need fewer
+# than ten levels; the limit keeps the decoder and every reader that walks a document
+# far from Python's recursion limit.
+MAX_JSON_DEPTH = 100
 
 
 def read_text(path: Path) -> str:
     """The UTF-8 text of a user's file; a missing or unreadable file is a :class:`UserError`."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error.reason})") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a file") from None
     except OSError as error:
         raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise UserError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+            f"{error.start}: {error.reason})"
+        ) from None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document in a user's file (:func:`read_text`, then :func:`parse_json`)."""
+    return parse_json(read_text(path), str(path))
+
+
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in b'"[]{}')
+_DEPTH_STEPS = np.zeros(256, dtype=np.int8)
+_DEPTH_STEPS[[ord("["), ord("{")]] = 1
+_DEPTH_STEPS[[ord("]"), ord("}")]] = -1
+_NON_NUMBER = re.compile(r"(?<![\w\"])(?:-?Infinity|NaN)(?![\w\"])")
+
+
+class _NotANumber(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise _NotANumber(f"{name} is not a number in JSON")
+
+
+def parse_json(text: str, source: str = "<string>") -> Any:
+    """Decode a user's JSON ``text``; ``source`` names it in the one-line errors.
+
+    Refused, each with the line: syntax errors, nesting deeper than
+    :data:`MAX_JSON_DEPTH`, ``NaN`` and ``Infinity`` (not JSON), and integers longer than
+    Python converts (``sys.get_int_max_str_digits``).
+    """
+    _check_depth(text, source)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise UserError(
+            f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
+        ) from None
+    except _NotANumber as error:
+        raise UserError(
+            f"{source}:{_line_of_match(text, _NON_NUMBER)}: invalid JSON: {error}"
+        ) from None
+    except ValueError:  # only an integer over the digit limit gets here
+        limit = sys.get_int_max_str_digits()
+        too_long = re.compile(rf"\d{{{limit + 1},}}")
+        raise UserError(
+            f"{source}:{_line_of_match(text, too_long)}: invalid JSON: a number with more "
+            f"than {limit} digits"
+        ) from None
+    except RecursionError:  # not reached after _check_depth; kept as a last guard
+        raise UserError(f"{source}: invalid JSON: nested too deeply") from None
+
+
+def _line_of_match(text: str, pattern: re.Pattern[str]) -> int:
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_JSON_DEPTH` before decoding, in linear time
+    and at C speed (a fraction of what decoding costs)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    # Drop escaped backslashes, then escaped quotes: every quote left opens or closes a
+    # string, and a bracket is structure when an even number of quotes precede it.
+    # Only quotes and brackets matter then: keep those (bytes.translate, one C pass).
+    unescaped = text.replace("\\\\", "").replace('\\"', "")
+    structure = unescaped.encode("utf-8", "replace").translate(None, _NOT_STRUCTURE)
+    chars = np.frombuffer(structure, dtype=np.uint8)
+    in_string = np.cumsum(chars == ord('"'), dtype=np.uint8) & 1  # parity survives wrapping
+    steps = np.where(in_string == 0, _DEPTH_STEPS[chars], 0)
+    steps = steps[steps != 0]
+    if len(steps) == 0 or int(np.cumsum(steps, dtype=np.int64).max()) <= MAX_JSON_DEPTH:
+        return
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group(0)
+        if token in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                line = text.count("\n", 0, match.start()) + 1
+                raise UserError(
+                    f"{source}:{line}: invalid JSON: nested deeper than {MAX_JSON_DEPTH} "
+                    "levels of arrays and objects"
+                )
+        elif token in "]}":
+            depth -= 1
 
 
 def atomic_write(target: Path, write: Callable[[Path], object]) -> None:

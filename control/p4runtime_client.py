@@ -286,12 +286,56 @@ def election_id_of(value: int) -> p4runtime_pb2.Uint128:
     return p4runtime_pb2.Uint128(high=value >> 64, low=value & (2**64 - 1))
 
 
+# The controller's default election id, (high 2, low 0) = 2**65: above the defaults of
+# the usual tools (p4runtime-shell's (1, 0) = 2**64, the P4 tutorials' 1), so a tool
+# started with its defaults next to the controller is a backup and cannot write.
+DEFAULT_ELECTION_ID = 2 << 64
+
+MAX_ELECTION_ID = 2**128 - 1
+
+
+def parse_election_id(text: str) -> int:
+    """``N`` or ``HIGH,LOW`` (p4runtime-shell's form) → the 128-bit election id.
+
+    Raises ValueError naming what is wrong; 0 is reserved by the spec.
+    """
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 2 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"{text!r} is not an integer or HIGH,LOW")
+    if len(parts) == 2:
+        high, low = (int(part) for part in parts)
+        if high >= 2**64 or low >= 2**64:
+            raise ValueError(f"{text!r}: HIGH and LOW must each fit 64 bits")
+        value = (high << 64) | low
+    else:
+        if len(parts[0]) > 40:
+            raise ValueError(f"{parts[0][:20]}...: above the 128-bit maximum")
+        value = int(parts[0])
+    if value == 0:
+        raise ValueError("0 is reserved by P4Runtime; use a positive id")
+    if value > MAX_ELECTION_ID:
+        raise ValueError(f"{value} is above the 128-bit maximum")
+    return value
+
+
+def format_election_id(value: int) -> str:
+    """``HIGH,LOW`` as p4runtime-shell takes it."""
+    return f"{value >> 64},{value & (2**64 - 1)}"
+
+
 class P4RuntimeClient:
     """One connection to one device: a stream channel (arbitration) plus unary RPCs.
 
     ``on_stream_lost`` runs on the stream's reader thread when the channel breaks
     (switch restart, network loss); ``on_arbitration`` whenever the server tells us
     who is primary. ``is_primary`` follows the latest arbitration update.
+
+    With ``reclaim``, a client told that the device has no primary while the highest
+    election id the server has seen is above its own (a client with a higher id was
+    primary and left) arbitrates again with that highest id, which the spec makes the
+    new primary (P4Runtime 1.4 §5.3: an id at least the highest seen wins; no live
+    client holds it, or there would be a primary). It never takes the device from a
+    live primary. :attr:`election_id` then holds the id it uses.
     """
 
     def __init__(
@@ -303,9 +347,10 @@ class P4RuntimeClient:
         on_stream_lost: Callable[[P4RuntimeClient], None] | None = None,
         on_arbitration: Callable[[P4RuntimeClient, bool], None] | None = None,
         connect_timeout_s: float | None = None,
+        reclaim: bool = False,
     ) -> None:
-        if election_id <= 0:
-            raise ValueError("election id must be positive (0 is reserved by the spec)")
+        if not 0 < election_id <= MAX_ELECTION_ID:
+            raise ValueError("election id must be in 1..2**128-1 (0 is reserved by the spec)")
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
@@ -313,6 +358,8 @@ class P4RuntimeClient:
         self.connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
         self.on_stream_lost = on_stream_lost
         self.on_arbitration = on_arbitration
+        self.reclaim = reclaim
+        self.reclaims = 0
         self.is_primary = False
         self.primary_election_id: int | None = None
         self._channel: grpc.Channel | None = None
@@ -355,13 +402,7 @@ class P4RuntimeClient:
             target=self._read_stream, args=(responses,), name=f"p4rt-{self.address}", daemon=True
         )
         self._reader.start()
-        self._requests.put(
-            p4runtime_pb2.StreamMessageRequest(
-                arbitration=p4runtime_pb2.MasterArbitrationUpdate(
-                    device_id=self.device_id, election_id=election_id_of(self.election_id)
-                )
-            )
-        )
+        self._send_arbitration()
         if not self._arbitrated.wait(self.timeout_s):
             reason = self.stream_error or "no arbitration reply"
             self.close()
@@ -429,11 +470,35 @@ class P4RuntimeClient:
         if not self._closing and self.on_stream_lost is not None:
             self.on_stream_lost(self)
 
+    def _send_arbitration(self) -> None:
+        self._requests.put(
+            p4runtime_pb2.StreamMessageRequest(
+                arbitration=p4runtime_pb2.MasterArbitrationUpdate(
+                    device_id=self.device_id, election_id=election_id_of(self.election_id)
+                )
+            )
+        )
+
     def _on_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         primary = update.status.code == code_pb2.OK
         self.is_primary = primary
+        highest: int | None = None
         if update.HasField("election_id"):
-            self.primary_election_id = (update.election_id.high << 64) | update.election_id.low
+            highest = (update.election_id.high << 64) | update.election_id.low
+            self.primary_election_id = highest
+        if (
+            self.reclaim
+            and update.status.code == code_pb2.NOT_FOUND
+            and highest is not None
+            and highest > self.election_id
+            and not self._closing
+        ):
+            # The device has no primary: take it with the highest id seen. The answer
+            # (OK, or the stream ended if another client took that id first) follows.
+            self.election_id = highest
+            self.reclaims += 1
+            self._send_arbitration()
+            return
         self._arbitrated.set()
         if self.on_arbitration is not None:
             self.on_arbitration(self, primary)

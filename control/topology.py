@@ -15,7 +15,6 @@ switch follows the same per-destination distance field, loop-free.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from control.errors import UserError
+from control.files import read_json
 
 MAX_PORT = 510
 """Highest usable v1model port: ports are 9 bits and 511 means drop."""
@@ -224,15 +224,7 @@ def _link_sort_key(link: LinkSpec) -> tuple[int, int]:
 def load_topology(path: str | Path) -> Topology:
     """Read and validate a topology file; every error names the file and the field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise UserError(f"{path}: cannot read topology file: {error.strerror}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
-    return parse_topology(raw, source=str(path))
+    return parse_topology(read_json(path), source=str(path))
 
 
 def parse_topology(raw: Any, source: str = "<topology>") -> Topology:

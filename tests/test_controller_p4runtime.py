@@ -8,10 +8,11 @@ the control plane whatever the state of the P4 frontend.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,13 @@ from controller_helpers import SmallestFirst, one_class_per_rank
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
+from p4runtime_sh import shell as p4runtime_shell
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
 from control.entries import EntryMap, from_table_entry
 from control.errors import UserError
 from control.events import EventError
-from control.p4runtime_client import P4Names, P4RuntimeClient
+from control.p4runtime_client import NotPrimaryError, P4Names, P4RuntimeClient
 from control.policies.base import Ranking, Snapshot
 from control.topology import Topology, parse_topology
 from softswitch.p4rt import pipeline_config
@@ -499,6 +501,76 @@ def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
     )
     assert rig.read_entries() == expected
     assert backup.status()["switches"][0]["state"] == "backup"
+
+
+def _controller_default_election_id() -> int:
+    default: int = next(f.default for f in fields(ControllerConfig) if f.name == "election_id")
+    return default
+
+
+def _shell_default_election_id() -> int:
+    """p4runtime-shell's own default, read from the installed tool: (1, 0) = 2**64."""
+    high, low = inspect.signature(p4runtime_shell.setup).parameters["election_id"].default
+    return int(high) << 64 | int(low)
+
+
+def _delete_class_entries(client: P4RuntimeClient) -> int:
+    updates = []
+    for entry in client.read_table(0):
+        if entry.table_id in (41000001, 41000002) and not entry.is_default_action:
+            update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.DELETE)
+            update.entity.table_entry.CopyFrom(entry)
+            updates.append(update)
+    client.write(updates)
+    return len(updates)
+
+
+def test_a_tool_with_its_default_election_id_does_not_take_the_switch(rig: Rig) -> None:
+    controller = rig.controller(election_id=_controller_default_election_id())
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    expected = rig.read_entries()
+    assert _class_entries(expected)
+    shell_id = _shell_default_election_id()
+    assert shell_id < _controller_default_election_id()
+    tool = P4RuntimeClient(rig.server.addr, 0, shell_id)
+    try:
+        assert tool.connect() is False  # a backup
+        with pytest.raises(NotPrimaryError):
+            _delete_class_entries(tool)
+    finally:
+        tool.close()
+    assert controller.sessions["s1"].state == "ready"
+    assert rig.read_entries() == expected
+    _start_experiment(controller, 2, [50])  # the controller still writes
+    assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
+
+
+def test_the_controller_takes_the_switch_back_when_a_higher_client_leaves(rig: Rig) -> None:
+    controller = rig.controller(election_id=_controller_default_election_id())
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    expected = rig.read_entries()
+    session = controller.sessions["s1"]
+    higher = 3 << 64  # e.g. p4runtime-shell --election-id 3,0
+    intruder = P4RuntimeClient(rig.server.addr, 0, higher)
+    try:
+        assert intruder.connect() is True
+        _wait_for(lambda: session.state == "backup", "the controller to become a backup")
+        assert _delete_class_entries(intruder) > 0
+        assert _class_entries(rig.read_entries()) == {}
+    finally:
+        intruder.close()
+    # The server has no primary now and keeps 3,0 as the highest id it has seen: the
+    # controller arbitrates with it, becomes primary and rewrites what was changed.
+    _wait_for(
+        lambda: session.state == "ready" and rig.read_entries() == expected,
+        "the controller to take the switch back and restore its entries",
+    )
+    assert session.client is not None and session.client.election_id == higher
+    assert controller.status()["switches"][0]["election_id"] == higher
+    _start_experiment(controller, 2, [50])
+    assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
 
 
 def test_two_switches_written_together_and_one_down_does_not_block_events(

@@ -137,7 +137,24 @@ def _plan_with(mutate: Any) -> dict[str, Any]:
             lambda p: p["stages"][0]["trials"][0].update(iterations=0),
             r"trials\[0\].iterations: 0 is out of range 1\.\.",
         ),
-        (lambda p: p.update(weight=0), r"experiment.weight: must be positive"),
+        (lambda p: p.update(weight=0), r"experiment.weight: 0 is out of range 1e-06\.\.1e\+06"),
+        (lambda p: p.update(weight=float("nan")), r"experiment.weight: NaN is out of range"),
+        (lambda p: p.update(weight=float("inf")), r"experiment.weight: Infinity is out of"),
+        (lambda p: p.update(weight=1e7), r"experiment.weight: 10000000.0 is out of range"),
+        (lambda p: p.update(weight=10**400), r"weight: an integer of 401 digits is out of range"),
+        (lambda p: p.update(arrival_s=-1), r"experiment.arrival_s: -1 is out of range 0\.\."),
+        (
+            lambda p: p["stages"][0]["trials"][0].update(compute_s=float("-inf")),
+            r"trials\[0\].compute_s: -Infinity is out of range",
+        ),
+        (
+            lambda p: p["stages"][0]["trials"][0].update(compute_s=[[[0]]]),
+            r"trials\[0\].compute_s: expected a number, got a JSON list",
+        ),
+        (
+            lambda p: p.update({"x" * 10000: 1}),
+            r"experiment.x{37}\.\.\.: unknown field",
+        ),
     ],
 )
 def test_bad_plans_name_the_field(mutate: Any, message: str) -> None:
@@ -193,7 +210,9 @@ def test_tcp_server_and_client_keep_alive_and_errors() -> None:
         # Raw HTTP: a body that is not JSON gets 400 with a message, an unknown path 404.
         host, port = server.tcp_address or ("", 0)
         connection = http.client.HTTPConnection(host, port, timeout=5)
-        connection.request("POST", "/v1/events", body=b"{nope")
+        connection.request(
+            "POST", "/v1/events", body=b"{nope", headers={"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
         assert response.status == 400
         assert "body is not JSON" in json.loads(response.read())["error"]

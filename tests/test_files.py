@@ -3,7 +3,14 @@ from pathlib import Path
 import pytest
 
 from control.errors import UserError
-from control.files import atomic_write, atomic_write_bytes, read_text
+from control.files import (
+    MAX_JSON_DEPTH,
+    atomic_write,
+    atomic_write_bytes,
+    parse_json,
+    read_json,
+    read_text,
+)
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -34,3 +41,29 @@ def test_unwritable_directory_and_missing_file_are_user_errors(tmp_path: Path) -
     (tmp_path / "latin1.txt").write_bytes(b"\xff\xfe")
     with pytest.raises(UserError, match="not UTF-8"):
         read_text(tmp_path / "latin1.txt")
+
+
+def test_json_nesting_is_limited_before_decoding() -> None:
+    nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert parse_json(nested, "ok.json") is not None
+    deeper = "\n[" + nested + "]"
+    with pytest.raises(UserError, match=r"^deep\.json:2: invalid JSON: nested deeper than"):
+        parse_json(deeper, "deep.json")
+    with pytest.raises(UserError, match="nested deeper"):
+        parse_json("[" * 1_000_000, "deep.json")  # no RecursionError, no hang
+
+
+def test_brackets_and_escapes_inside_strings_are_not_nesting() -> None:
+    text = '["' + "[{" * 500 + '", "a\\\\", "\\"[[[[", {"k": "]]]"}]'
+    assert parse_json(text, "s.json")[0] == "[{" * 500
+
+
+def test_json_numbers_that_are_not_json_or_too_long_are_named(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"^n\.json:2: invalid JSON: -Infinity is not a number"):
+        parse_json("[1,\n-Infinity]", "n.json")
+    with pytest.raises(UserError, match=r"^n\.json:1: invalid JSON: a number with more than"):
+        parse_json("[" + "7" * 10_000 + "]", "n.json")
+    path = tmp_path / "w.json"
+    path.write_bytes(b'{"a": 1,\n "b": "\xc3"}')
+    with pytest.raises(UserError, match=r"w\.json:2: not UTF-8 text"):
+        read_json(path)

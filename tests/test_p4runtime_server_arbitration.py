@@ -264,3 +264,37 @@ def test_an_address_in_use_is_a_user_error() -> None:
     finally:
         first.stop(0)
         switch.close()
+
+
+def test_a_write_with_the_primarys_id_but_no_stream_of_its_own_is_refused(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, sessions: list[StreamSession]
+) -> None:
+    """Every backup is told the primary's election id; a client on another connection
+    that copies it into a Write (or a SetForwardingPipelineConfig) is not the primary."""
+    _, reply = open_session(stub, sessions, (0, 5))
+    assert reply.arbitration.status.code == code_pb2.OK
+    _, reply = open_session(stub, sessions, (0, 2))
+    assert (reply.arbitration.election_id.high, reply.arbitration.election_id.low) == (0, 5)
+    server_addr = stub.Write._channel.target().decode()  # type: ignore[attr-defined]
+    # Its own connection, as another process has (channels of one process with the same
+    # target and options would share one).
+    intruder = grpc.insecure_channel(server_addr, options=[("grpc.use_local_subchannel_pool", 1)])
+    try:
+        intruder_stub = p4runtime_pb2_grpc.P4RuntimeStub(intruder)
+        with pytest.raises(grpc.RpcError) as refused:
+            insert_class_entry(intruder_stub, (0, 5), stage=7)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "primary's connection" in (refused.value.details() or "")
+        config = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=DEVICE_ID,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.COMMIT,
+        )
+        config.election_id.low = 5
+        with pytest.raises(grpc.RpcError) as refused:
+            intruder_stub.SetForwardingPipelineConfig(config)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        intruder.close()
+    # The primary's own connection writes as before, and the entry the intruder tried
+    # to insert is not there (inserting it now succeeds).
+    insert_class_entry(stub, (0, 5), stage=7)

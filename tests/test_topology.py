@@ -178,8 +178,29 @@ def test_bad_json_names_file_line_and_column(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="cannot read topology file"):
+    with pytest.raises(UserError, match=r"absent\.json: no such file"):
         load_topology(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b'{"name": "t",\n "switches": ' + b"[" * 100_000,
+            r"t\.json:2: invalid JSON: nested deeper",
+        ),
+        (b'{"name": "t", "links": [' + b'{"a": ' * 5000, r"t\.json:1: invalid JSON: nested deeper"),
+        (b'{"name": "t\xff"}', r"t\.json:1: not UTF-8 text \(byte 0xff at offset 11"),
+        (b'{"name": "t",\n"x": 1' + b"0" * 5000 + b"}", r"t\.json:2: .*more than \d+ digits"),
+        (b'{"name": "t",\n\n"x": NaN}', r"t\.json:3: invalid JSON: NaN is not a number"),
+    ],
+)
+def test_hostile_files_are_one_line_errors(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message) as refused:
+        load_topology(path)
+    assert len(str(refused.value).splitlines()) == 1
 
 
 def _mutated(mutate: Any) -> dict[str, Any]:

@@ -181,3 +181,27 @@ def test_duplicate_experiment_ids(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such file"):
         json_format.read(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b'{"format": "beamer-workload/1",\n"experiments": ' + b"[" * 200_000,
+            r":2: invalid JSON: nested deeper",
+        ),
+        (b'{"format": "beamer-workload/1", "name": "\xfe"}', r":1: not UTF-8 text"),
+        (
+            b'{"format": "beamer-workload/1",\n"x": ' + b"1" * 6000 + b"}",
+            r":2: .*more than \d+ digits",
+        ),
+    ],
+)
+def test_hostile_workload_files_are_one_line_errors(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "w.json"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message) as refused:
+        json_format.read(path)
+    assert len(str(refused.value).splitlines()) == 1

@@ -18,10 +18,10 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from control.errors import UserError
-from control.files import atomic_write_text, read_text
+from control.files import atomic_write_text, parse_json, read_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
 
 FORMAT_ID = "beamer-workload/1"
@@ -129,28 +129,12 @@ def read(path: str | os.PathLike[str]) -> Workload:
 
 def loads(text: str, source: str = "<string>") -> Workload:
     """Parse workload JSON ``text``; ``source`` names it in error messages."""
-    try:
-        document = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:
-        raise UserError(
-            f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
-        ) from None
-    except ValueError as error:
-        match = _NON_NUMBER.search(text)
-        line = text.count("\n", 0, match.start()) + 1 if match else 1
-        raise UserError(f"{source}:{line}: invalid JSON: {error}") from None
+    document = parse_json(text, source)
     try:
         return _workload(document)
     except _Invalid as invalid:
         line = _line_of(text, invalid.path)
         raise UserError(f"{source}:{line}: {_path_name(invalid.path)}: {invalid.message}") from None
-
-
-_NON_NUMBER = re.compile(r"(?<![\w\"])(?:-?Infinity|NaN)(?![\w\"])")
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a number in JSON")
 
 
 def _path_name(path: JsonPath) -> str:

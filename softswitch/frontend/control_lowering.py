@@ -5,6 +5,7 @@ from __future__ import annotations
 from softswitch.frontend import ast
 from softswitch.frontend.emitter import Emitter
 from softswitch.frontend.errors import CompileError
+from softswitch.frontend.limits import MAX_EXTERN_CELLS
 from softswitch.frontend.lowered import (
     ActionInfo,
     CounterInfo,
@@ -152,8 +153,10 @@ class ControlLowering(TableLowering):
             if len(inst.args) != 2:
                 raise CompileError(inst.loc, "counter takes (size, CounterType)")
             size = self.const_int(arg(0), scope)
-            if size <= 0:
-                raise CompileError(arg(0).loc, "counter size must be positive")
+            if not 0 < size <= MAX_EXTERN_CELLS:
+                raise CompileError(
+                    arg(0).loc, f"counter size {size} is not between 1 and {MAX_EXTERN_CELLS}"
+                )
             info = CounterInfo(qualified, size, unit(arg(1), "CounterType"), pyname)
             self.lowered.counters.append(info)
             return ExternInstance(kind, pyname, info, type_args)
@@ -170,6 +173,10 @@ class ControlLowering(TableLowering):
             if not isinstance(value_type, Bits):
                 raise CompileError(inst.loc, "register values must be bit<W>")
             size = self.const_int(arg(0), scope)
+            if not 0 < size <= MAX_EXTERN_CELLS:
+                raise CompileError(
+                    arg(0).loc, f"register size {size} is not between 1 and {MAX_EXTERN_CELLS}"
+                )
             rinfo = RegisterInfo(qualified, size, value_type.width, pyname)
             self.lowered.registers.append(rinfo)
             return ExternInstance(kind, pyname, rinfo, type_args)

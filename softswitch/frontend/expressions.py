@@ -8,6 +8,7 @@ from typing import Any
 from softswitch.frontend import ast
 from softswitch.frontend.emitter import field_attr
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import MAX_BIT_WIDTH, MAX_CONSTANT_BITS
 from softswitch.frontend.references import ReferenceResolution
 from softswitch.frontend.scope import (
     Scope,
@@ -224,12 +225,29 @@ class ExpressionLowering(ReferenceResolution, ABC):
                     f"not {left.type} and {right.type}",
                 )
             width = left.type.width + right.type.width
+            if width > MAX_BIT_WIDTH:
+                raise CompileError(
+                    expr.loc,
+                    f"'++' gives bit<{width}>, above the widest supported, {MAX_BIT_WIDTH} bits",
+                )
             return self.maybe_fold(
                 f"(({left.code} << {right.type.width}) | {right.code})", Bits(width), [left, right]
             )
         if op in ("<<", ">>"):
+            if right.const is not None and (
+                isinstance(right.const, bool) or not isinstance(right.const, int)
+            ):
+                raise CompileError(expr.loc, f"shift amount must be unsigned, not {right.type}")
+            if right.const is not None and right.const < 0:
+                raise CompileError(expr.loc, f"negative shift amount {right.const}")
             if isinstance(left.type, IntLiteral) and right.const is not None:
-                value = self.fold(f"({left.code} {op} {right.code})")
+                if op == "<<" and left.const.bit_length() + right.const > MAX_CONSTANT_BITS:
+                    raise CompileError(
+                        expr.loc,
+                        f"{left.const} << {right.const} is a constant of more than "
+                        f"{MAX_CONSTANT_BITS} bits",
+                    )
+                value = self.fold(f"({left.code} {op} {right.const})")
                 return Val(repr(value), IntLiteral(), value)
             if not isinstance(left.type, Bits):
                 raise CompileError(
@@ -240,8 +258,16 @@ class ExpressionLowering(ReferenceResolution, ABC):
             if not isinstance(right.type, Bits | IntLiteral):
                 raise CompileError(expr.loc, f"shift amount must be unsigned, not {right.type}")
             mask = (1 << left.type.width) - 1
+            if right.const is not None and right.const >= left.type.width:
+                # Every bit shifted out: fold to 0 rather than build a huge integer.
+                return self.maybe_fold(f"({left.code} & 0)", left.type, [left])
+            amount = right.code
+            if op == "<<" and right.const is None:
+                # A packet-borne amount is capped at the width: shifting by W already
+                # clears every bit, and a larger amount would only build a huge integer.
+                amount = f"min({right.code}, {left.type.width})"
             code = (
-                f"(({left.code} << {right.code}) & {mask})"
+                f"(({left.code} << {amount}) & {mask})"
                 if op == "<<"
                 else f"({left.code} >> {right.code})"
             )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from softswitch.frontend import ast
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import MAX_BIT_WIDTH, MAX_NESTING
 from softswitch.frontend.preprocess import Line
 
 _TOKEN = re.compile(
@@ -54,6 +55,10 @@ def _parse_number(text: str, loc: SourceLocation) -> tuple[int, int | None, bool
         text = match.group(3)
         if width == 0:
             raise CompileError(loc, "a width-prefixed literal needs a width > 0")
+        if width > MAX_BIT_WIDTH:
+            raise CompileError(
+                loc, f"width {width} is above the widest supported, {MAX_BIT_WIDTH} bits"
+            )
     clean = text.replace("_", "")
     try:
         if clean[:2] in ("0x", "0X"):
@@ -108,10 +113,36 @@ _BINARY_LEVELS: list[set[str]] = [
 ]
 
 
+_BINARY_LEVEL = {op: level for level, ops in enumerate(_BINARY_LEVELS) for op in ops}
+
+
+class _Nesting:
+    """Counts how deep the parser is in recursive constructs; past MAX_NESTING the
+    program is refused at the construct that went too deep."""
+
+    def __init__(self, parser: Parser) -> None:
+        self.parser = parser
+
+    def __enter__(self) -> None:
+        parser = self.parser
+        parser.depth += 1
+        if parser.depth > MAX_NESTING:
+            raise CompileError(
+                parser.tok.loc,
+                f"nested more than {MAX_NESTING} levels deep (parenthesised expressions, "
+                "unary operators and casts, statements inside if/else and blocks, and type "
+                "arguments count together); split it up",
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        self.parser.depth -= 1
+
+
 class Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.pos = 0
+        self.depth = 0
         # A '>>' split into two '>' while closing nested type arguments.
         self.pending_gt: Token | None = None
 
@@ -645,6 +676,10 @@ class Parser:
     # ------------------------------------------------------------------ types
 
     def type_ref(self) -> ast.TypeRef:
+        with self.nested():
+            return self._type_ref()
+
+    def _type_ref(self) -> ast.TypeRef:
         token = self.tok
         if self.at("bit", "int", "varbit"):
             self.advance()
@@ -659,6 +694,12 @@ class Parser:
                     raise self.error("expected a width")
                 self.advance()
                 width = _parse_number(number.text, number.loc)[0]
+                if width > MAX_BIT_WIDTH:
+                    raise CompileError(
+                        number.loc,
+                        f"{token.text}<{width}>: widths above {MAX_BIT_WIDTH} bits are not "
+                        "supported (p4c's limit too)",
+                    )
                 self.expect(">")
             elif token.text == "varbit":
                 raise self.error("expected '<' after varbit")
@@ -719,6 +760,10 @@ class Parser:
         )
 
     def statement(self) -> ast.Stmt:
+        with self.nested():
+            return self._statement()
+
+    def _statement(self) -> ast.Stmt:
         self.annotations()
         token = self.tok
         if self.at("{"):
@@ -788,31 +833,56 @@ class Parser:
 
     # ------------------------------------------------------------------ expressions
 
-    def expression(self) -> ast.Expr:
-        cond = self.binary(0)
-        if self.at("?"):
-            loc = self.advance().loc
-            then = self.expression()
-            self.expect(":")
-            other = self.expression()
-            return ast.Ternary(loc, cond, then, other)
-        return cond
+    def nested(self) -> _Nesting:
+        """``with self.nested():`` around every construct that recurses."""
+        return _Nesting(self)
 
-    def binary(self, level: int) -> ast.Expr:
-        if level == len(_BINARY_LEVELS):
-            return self.unary()
-        left = self.binary(level + 1)
-        while self.tok.kind == "op" and self.tok.text in _BINARY_LEVELS[level]:
-            op = self.advance()
+    def expression(self) -> ast.Expr:
+        with self.nested():
+            cond = self.binary(0)
+            if self.at("?"):
+                loc = self.advance().loc
+                then = self.expression()
+                self.expect(":")
+                other = self.expression()
+                return ast.Ternary(loc, cond, then, other)
+            return cond
+
+    def binary(self, min_level: int) -> ast.Expr:
+        """Precedence climbing: one call per operator of a higher level, not per level."""
+        left = self.unary()
+        while True:
+            token = self.tok
+            operator = ">>" if self._at_shift_right() else token.text
+            level = _BINARY_LEVEL.get(operator) if token.kind == "op" else None
+            if level is None or level < min_level:
+                return left
+            self.advance()
+            if operator == ">>":
+                self.advance()
             right = self.binary(level + 1)
-            left = ast.Binary(op.loc, op.text, left, right)
-        return left
+            left = ast.Binary(token.loc, operator, left, right)
+
+    def _at_shift_right(self) -> bool:
+        """Two adjacent '>' in an expression: the lexer keeps them apart so that
+        nested type arguments (``bit<16>>``) close, and the operator joins them."""
+        token = self.tok
+        if self.pending_gt is not None or token.kind != "op" or token.text != ">":
+            return False
+        after = self.peek()
+        return (
+            after.kind == "op"
+            and after.text == ">"
+            and after.loc.line == token.loc.line
+            and after.loc.column == token.loc.column + 1
+        )
 
     def unary(self) -> ast.Expr:
         token = self.tok
         if self.at("!", "~", "-", "+"):
             self.advance()
-            operand = self.unary()
+            with self.nested():
+                operand = self.unary()
             if token.text == "+":
                 return operand
             return ast.Unary(token.loc, token.text, operand)
@@ -820,7 +890,8 @@ class Parser:
             self.advance()
             cast_type = self.type_ref()
             self.expect(")")
-            return ast.Cast(token.loc, cast_type, self.unary())
+            with self.nested():
+                return ast.Cast(token.loc, cast_type, self.unary())
         return self.postfix(self.primary())
 
     def _is_cast(self) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import MAX_LINE_CHARS
 
 SYSTEM_INCLUDE_DIR = Path(__file__).resolve().parent.parent / "p4include"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -112,7 +113,7 @@ class Preprocessor:
                     body = rest[match.end() :]
                     if body.startswith("("):
                         raise CompileError(where, "function-like macros are not supported")
-                    self.macros[match.group(0)] = self.expand(body.strip())
+                    self.macros[match.group(0)] = self._expanded(body.strip(), where)
                 elif name == "undef":
                     self.macros.pop(rest, None)
                 elif name == "include":
@@ -122,7 +123,13 @@ class Preprocessor:
                 else:
                     raise CompileError(where, f"unsupported preprocessor directive #{name}")
                 continue
-            out.append(Line(self.expand(line) if active else "", filename, number))
+            out.append(
+                Line(
+                    self._expanded(line, SourceLocation(filename, number, 1)) if active else "",
+                    filename,
+                    number,
+                )
+            )
         if conditions:
             raise CompileError(SourceLocation(filename, number, 1), "#ifdef without #endif")
         return out
@@ -142,10 +149,29 @@ class Preprocessor:
                 if path.parent == SYSTEM_INCLUDE_DIR:
                     self.once.add(path)
                 shown = path.name if path.parent == SYSTEM_INCLUDE_DIR else str(base / name)
-                return self.run_text(
-                    path.read_text(encoding="utf-8"), shown, path.parent, depth + 1
-                )
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as error:
+                    raise CompileError(where, f"cannot read include file {name}: {error}") from None
+                return self.run_text(text, shown, path.parent, depth + 1)
         raise CompileError(where, f"cannot find include file {name}")
+
+    def _expanded(self, line: str, where: SourceLocation) -> str:
+        """:meth:`expand`, refused once a line grows past MAX_LINE_CHARS (macros built
+        from macros double a line's length with every definition)."""
+        if not self.macros:
+            return line
+        grown = 0
+        for match in _IDENT.finditer(line):
+            body = self.macros.get(match.group(0))
+            if body is not None:
+                grown += len(body) - len(match.group(0))
+                if len(line) + grown > MAX_LINE_CHARS:
+                    raise CompileError(
+                        where,
+                        f"macro expansion makes this line longer than {MAX_LINE_CHARS} characters",
+                    )
+        return self.expand(line)
 
     def expand(self, line: str) -> str:
         if not self.macros:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from p4.config.v1 import p4info_pb2
 
+from control.errors import UserError
+from control.files import parse_json
 from softswitch.frontend.compiler import lower
 from softswitch.frontend.errors import CompileError
 from softswitch.frontend.lowered import LoweredProgram
@@ -82,8 +84,12 @@ class CompiledProgram:
     ) -> CompiledProgram:
         """Load a device config; with ``p4info``, refuse it unless it matches."""
         try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            document = parse_json(data.decode("utf-8"), "device config")
+        except UnicodeDecodeError as error:
+            raise CompileError(
+                None, f"device config is not JSON: not UTF-8 ({error.reason})"
+            ) from None
+        except UserError as error:
             raise CompileError(None, f"device config is not JSON: {error}") from None
         if not isinstance(document, dict) or document.get("format") != DEVICE_CONFIG_FORMAT:
             raise CompileError(None, "device config is not a beamer-softswitch config")
@@ -97,7 +103,7 @@ class CompiledProgram:
             fingerprint = str(document["p4info_sha256"])
         except (KeyError, TypeError, ValueError):
             raise CompileError(None, "device config: malformed source/program fields") from None
-        program = cls(name, lines, lower(parse(lines)))
+        program = cls(name, lines, parse_and_lower(lines, name))
         if program.fingerprint != fingerprint:
             raise CompileError(None, "device config: its P4Info fingerprint does not match")
         if p4info is not None and p4info_fingerprint(p4info) != fingerprint:
@@ -138,7 +144,16 @@ class CompiledProgram:
 
 
 def compile_lines(lines: list[Line], name: str) -> CompiledProgram:
-    return CompiledProgram(name, lines, lower(parse(lines)))
+    return CompiledProgram(name, lines, parse_and_lower(lines, name))
+
+
+def parse_and_lower(lines: list[Line], name: str) -> LoweredProgram:
+    """:func:`parse` then :func:`lower`. The parser bounds nesting (MAX_NESTING); a
+    RecursionError past that would be a bug, still reported as one line."""
+    try:
+        return lower(parse(lines))
+    except RecursionError:
+        raise CompileError(None, f"{name}: the program is nested too deeply to compile") from None
 
 
 def compile_file(path: Path) -> CompiledProgram:

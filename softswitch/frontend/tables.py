@@ -5,6 +5,7 @@ from __future__ import annotations
 from softswitch.frontend import ast
 from softswitch.frontend.emitter import Emitter
 from softswitch.frontend.errors import CompileError
+from softswitch.frontend.limits import MAX_TABLE_SIZE
 from softswitch.frontend.lowered import (
     ActionInfo,
     KeyInfo,
@@ -80,8 +81,10 @@ class TableLowering(StatementLowering):
         size = 1024
         if decl.size is not None:
             size = self.const_int(decl.size, scope)
-            if size <= 0:
-                raise CompileError(decl.size.loc, "table size must be positive")
+            if not 0 < size <= MAX_TABLE_SIZE:
+                raise CompileError(
+                    decl.size.loc, f"table size {size} is not between 1 and {MAX_TABLE_SIZE}"
+                )
         info_t = TableInfo(
             name,
             control,

@@ -4,6 +4,12 @@ The primary is the live stream whose election id equals the highest one the serv
 seen for its role; a primary that leaves leaves the role without one until a client
 arbitrates with an id at least as high. Every change is announced on the streams'
 outboxes; the servicer drains each outbox into its gRPC response stream.
+
+Writes are accepted from the primary only: the request must carry the primary's
+(device id, role, election id), as the spec requires, and must arrive over the gRPC
+connection that carries the primary's stream. The spec lets a server trust the triple
+alone; every backup is told the primary's election id, so that would let any local
+client write in the primary's name without a stream of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ def election_id_message(value: int) -> p4runtime_pb2.Uint128:
     return p4runtime_pb2.Uint128(high=value >> 64, low=value & ((1 << 64) - 1))
 
 
+def same_connection(request_peer: str | None, stream_peer: str | None) -> bool:
+    """Whether a unary request came over the connection of a stream.
+
+    A TCP peer (``ipv4:ADDR:PORT``, ``ipv6:[ADDR]:PORT``) names one connection; other
+    transports (Unix sockets) do not tell clients apart, so they are not compared.
+    """
+    if request_peer is None or stream_peer is None:
+        return True
+    if not stream_peer.startswith(("ipv4:", "ipv6:")):
+        return True
+    return request_peer == stream_peer
+
+
 class StreamClosed:
     """Outbox marker: end the response stream, with an error status when ``error`` is set."""
 
@@ -48,6 +67,7 @@ class ClientStream:
     outbox: queue.Queue[OutboxItem] = field(default_factory=queue.Queue)
     role: str | None = None  # None until the first accepted arbitration
     election_id: int | None = None  # None: unset, never primary (spec §16.3.1)
+    peer: str | None = None  # the gRPC peer (transport connection) the stream came on
 
     def send(self, item: OutboxItem) -> None:
         self.outbox.put(item)
@@ -119,8 +139,11 @@ class Arbitrator:
                 group.primary = None
                 self._notify(group, stream.role, group.streams)
 
-    def check_primary(self, device_id: int, role: str, election_id: int | None) -> None:
-        """Raise unless (device, role, election id) names the current primary (Write, SetConfig)."""
+    def check_primary(
+        self, device_id: int, role: str, election_id: int | None, peer: str | None = None
+    ) -> None:
+        """Raise unless (device, role, election id) names the current primary and the
+        request came over the primary's connection (``peer``; Write, SetConfig)."""
         if device_id != self.device_id:
             raise not_found(f"unknown device id {device_id}")
         with self._lock:
@@ -132,6 +155,11 @@ class Arbitrator:
                 raise permission_denied(f"no primary client for role '{role}'")
             if election_id is None or primary.election_id != election_id:
                 raise permission_denied("election id does not match the primary client's")
+            if not same_connection(peer, primary.peer):
+                raise permission_denied(
+                    "the request carries the primary's election id but did not come over "
+                    "the primary's connection: write on the channel of your StreamChannel"
+                )
 
     def is_primary(self, stream: ClientStream) -> bool:
         with self._lock:

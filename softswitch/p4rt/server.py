@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from concurrent import futures
 from types import TracebackType
 
@@ -12,6 +14,8 @@ from softswitch.p4rt.arbitration import MAX_STREAMS_PER_ROLE
 from softswitch.p4rt.pipeline_config import PipelineHost
 from softswitch.p4rt.service import P4RuntimeServicer, add_to_server
 
+log = logging.getLogger(__name__)
+
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
 
 # Large batches are the point of Write; 4 MiB (gRPC's default) holds only ~50k entries.
@@ -19,6 +23,34 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 # Each open StreamChannel occupies a worker for its lifetime; keep room for unary RPCs.
 WORKERS = MAX_STREAMS_PER_ROLE + 8
+
+
+def serves_every_network(addr: str) -> bool:
+    """Whether ``addr`` (HOST:PORT as gRPC takes it) binds every interface:
+    ``0.0.0.0``, ``[::]`` (and ``::``, ``0``, ``*``) or no host at all."""
+    if addr.startswith("unix:"):
+        return False
+    for scheme in ("ipv4:", "ipv6:", "dns:"):
+        addr = addr.removeprefix(scheme)
+    host = addr.rsplit(":", 1)[0] if ":" in addr else addr
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host in ("", "*", "0"):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_unspecified
+    except ValueError:
+        return False  # a host name: it binds the addresses it resolves to
+
+
+def every_network_warning(addr: str) -> str:
+    return (
+        f"the P4Runtime server on {addr} serves every network this host is on: "
+        "anyone who can reach it can take and program the switch (P4Runtime has no "
+        "authentication here); bind 127.0.0.1 or one interface's address unless that "
+        "is intended"
+    )
 
 
 class P4RuntimeServer:
@@ -60,6 +92,8 @@ class P4RuntimeServer:
             raise UserError(f"cannot serve P4Runtime on {self.addr}: address unavailable")
         host = self.addr.rsplit(":", 1)[0]
         self.addr = f"{host}:{port}"
+        if serves_every_network(self.addr):
+            log.warning("%s", every_network_warning(self.addr))
         server.start()
         self._server = server
         self._executor = executor

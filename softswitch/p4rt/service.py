@@ -77,7 +77,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         errors: list[P4RuntimeError | None] = []
         failed = False
         try:
-            self.arbitrator.check_primary(batch.device_id, batch.role, batch.election_id)
+            self.arbitrator.check_primary(
+                batch.device_id, batch.role, batch.election_id, context.peer()
+            )
             if batch.atomicity not in ATOMICITY_SUPPORTED:
                 names = dict(WriteRequest.Atomicity.items())
                 name = next((k for k, v in names.items() if v == batch.atomicity), batch.atomicity)
@@ -154,7 +156,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             election_id_value(request.election_id) if request.HasField("election_id") else None
         )
         try:
-            self.arbitrator.check_primary(request.device_id, request.role, election_id)
+            self.arbitrator.check_primary(
+                request.device_id, request.role, election_id, context.peer()
+            )
             with self.state_lock:
                 self.configs.set(request)
         except P4RuntimeError as error:
@@ -197,7 +201,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         Arbitration changes on other streams must reach this client while it is silent,
         hence the outbox rather than answering request by request.
         """
-        stream = ClientStream()
+        stream = ClientStream(peer=context.peer())
 
         def on_rpc_done() -> None:
             self.arbitrator.remove(stream)

@@ -1,0 +1,144 @@
+"""A real ``beamer controller`` process on an in-process embedded switch, for the tests
+that talk to the event API as clients do (HTTP over loopback TCP and the Unix socket)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.switch import Switch, VirtualClock
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTS = 4
+
+
+def write_topology(directory: Path, grpc_addr: str, hosts: int = HOSTS) -> Path:
+    path = directory / "topo.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "api",
+                "switches": [{"name": "s1", "device_id": 0, "grpc_addr": grpc_addr}],
+                "hosts": [
+                    {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:0{i}"}
+                    for i in range(1, hosts + 1)
+                ],
+                "links": [
+                    {"node1": f"h{i}", "node2": "s1", "port2": i} for i in range(1, hosts + 1)
+                ],
+            }
+        )
+    )
+    return path
+
+
+@dataclass
+class ControllerProcess:
+    process: subprocess.Popen[str]
+    host: str
+    port: int
+    socket_path: Path
+    stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def threads(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+        raise AssertionError("no thread count")
+
+
+@contextmanager
+def embedded_switch() -> Iterator[P4RuntimeServer]:
+    switch = Switch(clock=VirtualClock())
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(0)
+        switch.close()
+
+
+@contextmanager
+def controller_process(
+    directory: Path,
+    grpc_addr: str,
+    extra: Sequence[str] = (),
+    policy: str = "beamer",
+    default_socket: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[ControllerProcess]:
+    """Start ``beamer controller`` and wait until its event API answers; SIGTERM at exit.
+    Its socket is ``directory/controller.sock`` unless ``default_socket`` (then give an
+    ``env`` whose temporary directory is the test's own)."""
+    topo = write_topology(directory, grpc_addr)
+    socket_args = [] if default_socket else ["--events-socket", str(directory / "controller.sock")]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "control.cli",
+            "controller",
+            "--topo",
+            str(topo),
+            "--policy",
+            policy,
+            "--events-addr",
+            "127.0.0.1:0",
+            *socket_args,
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+    address: list[tuple[str, int]] = []
+    sockets: list[Path] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            match = re.search(r"events API on http://([\d.]+):(\d+) and unix:(\S+)", line)
+            if match and not found.is_set():
+                address.append((match.group(1), int(match.group(2))))
+                sockets.append(Path(match.group(3)))
+                found.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not found.wait(0.1):
+            assert process.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "controller did not start: " + "".join(lines)
+        host, port = address[0]
+        yield ControllerProcess(process, host, port, sockets[0], lines)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, "".join(lines)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        reader.join(timeout=5)
+        if process.stderr is not None:
+            process.stderr.close()

@@ -1,0 +1,146 @@
+"""Hostile programs: deep nesting and huge widths or sizes are one-line compile errors at
+the construct, never a RecursionError, gigabytes of memory or a hang; programs up to
+the limits still compile and load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_frontend_errors import VALID
+
+from control.cli import main
+from softswitch.frontend import CompiledProgram, CompileError, compile_source
+from softswitch.frontend.limits import (
+    MAX_BIT_WIDTH,
+    MAX_EXTERN_CELLS,
+    MAX_NESTING,
+    MAX_TABLE_SIZE,
+)
+from softswitch.switch import Switch
+
+TTL_LINE = "hdr.ipv4.ttl = hdr.ipv4.ttl - 1;"
+
+
+def with_statement(statement: str) -> str:
+    assert VALID.count(TTL_LINE) == 1
+    return VALID.replace(TTL_LINE, statement)
+
+
+def chain(levels: int) -> str:
+    """``(ttl - (ttl - (... ttl)))``: ``levels`` parenthesised operands."""
+    expr = "hdr.ipv4.ttl"
+    for _ in range(levels):
+        expr = f"(hdr.ipv4.ttl - {expr})"
+    return expr
+
+
+HOSTILE = {
+    "parentheses": with_statement("hdr.ipv4.ttl = " + "(" * 5000 + "8w1" + ")" * 5000 + ";"),
+    "operators": with_statement(f"hdr.ipv4.ttl = {chain(3000)};"),
+    "unary": with_statement("hdr.ipv4.ttl = " + "~" * 5000 + "hdr.ipv4.ttl;"),
+    "casts": with_statement("hdr.ipv4.ttl = " + "(bit<8>)" * 3000 + "hdr.ipv4.ttl;"),
+    "ifs": with_statement("if (true) { " * 3000 + "}" * 3000),
+    "blocks": with_statement("{" * 5000 + "}" * 5000),
+    "type arguments": VALID.replace(
+        "struct metadata { bit<8> scratch; }",
+        "struct metadata { " + "T<" * 3000 + "bit<8>" + ">" * 3000 + " x; }",
+    ),
+}
+
+
+@pytest.mark.parametrize("source", HOSTILE.values(), ids=list(HOSTILE))
+def test_deep_nesting_is_a_compile_error_not_a_recursion_error(source: str) -> None:
+    with pytest.raises(CompileError, match=f"nested more than {MAX_NESTING} levels") as caught:
+        compile_source(source, "deep.p4")
+    assert str(caught.value).startswith("deep.p4:")
+    assert len(str(caught.value).splitlines()) == 1
+
+
+HUGE = [
+    ("bit<48> dstAddr;", "bit<99999999999> dstAddr;", "bit<99999999999>: widths above 2048"),
+    ("bit<8> scratch;", "int<99999999999> scratch;", "int<99999999999>: widths above 2048"),
+    ("bit<8> scratch;", "varbit<99999999999> scratch;", "varbit<99999999999>: widths above"),
+    (TTL_LINE, "hdr.ipv4.ttl = (bit<8>)(99999999999w1);", "width 99999999999 is above"),
+    (TTL_LINE, "hdr.ipv4.ttl = (bit<8>)(1 << 99999999999);", "more than 4096 bits"),
+    (TTL_LINE, "hdr.ipv4.ttl = hdr.ipv4.ttl << -1;", "negative shift amount -1"),
+    (
+        "bit<8> scratch;",
+        "bit<2048> a; bit<2048> b; bit<8> scratch;",
+        "'++' gives bit<4096>",
+    ),
+    ("default_action = drop();", "default_action = drop(); size = 99999999999;", "table size"),
+    (
+        "action drop()",
+        "counter(99999999999, CounterType.packets) c; action drop()",
+        f"counter size 99999999999 is not between 1 and {MAX_EXTERN_CELLS}",
+    ),
+    (
+        "action drop()",
+        "register<bit<8>>(99999999999) r; action drop()",
+        "register size 99999999999",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), HUGE, ids=[h[2][:30] for h in HUGE])
+def test_huge_widths_and_sizes_are_compile_errors(old: str, new: str, message: str) -> None:
+    source = VALID.replace(old, new, 1)
+    if "'++'" in message:
+        source = source.replace(TTL_LINE, "meta.scratch = (meta.a ++ meta.b)[7:0];")
+    with pytest.raises(CompileError) as caught:
+        compile_source(source, "huge.p4")
+    assert message in str(caught.value)
+
+
+def test_macros_defined_from_macros_cannot_blow_a_line_up() -> None:
+    defines = "#define A0 x\n" + "".join(f"#define A{i + 1} A{i} A{i}\n" for i in range(40))
+    with pytest.raises(CompileError, match="macro expansion makes this line longer"):
+        compile_source(defines + VALID, "macros.p4")
+
+
+def test_programs_at_the_limits_compile_and_load() -> None:
+    sources = [
+        with_statement(f"hdr.ipv4.ttl = {chain(MAX_NESTING - 2)};"),
+        with_statement("if (hdr.ipv4.ttl > 1) { " * 31 + TTL_LINE + "}" * 31),
+        VALID.replace("bit<8> scratch;", f"bit<{MAX_BIT_WIDTH}> scratch;").replace(
+            TTL_LINE, "hdr.ipv4.ttl = hdr.ipv4.ttl << 99999999999;"
+        ),
+        VALID.replace(
+            "default_action = drop();", f"size = {MAX_TABLE_SIZE}; default_action = drop();"
+        ),
+    ]
+    for source in sources:
+        switch = Switch()
+        try:
+            switch.load_pipeline(compile_source(source, "limit.p4"))
+        finally:
+            switch.close()
+
+
+def test_a_device_config_from_a_client_is_held_to_the_same_limits() -> None:
+    """SetForwardingPipelineConfig hands a device config (with the source) to the frontend."""
+    config = json.loads(compile_source(VALID, "valid.p4").device_config())
+    deep = "hdr.ipv4.ttl = " + "(" * 5000 + "8w1" + ")" * 5000 + ";"
+    lines = [line for line in config["source"] if TTL_LINE in line[2]]
+    assert len(lines) == 1
+    lines[0][2] = lines[0][2].replace(TTL_LINE, deep)
+    with pytest.raises(CompileError, match="nested more than"):
+        CompiledProgram.from_device_config(json.dumps(config).encode())
+
+
+def test_beamer_compile_reports_one_line_and_exit_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, source in (
+        ("deep.p4", HOSTILE["ifs"]),
+        ("wide.p4", VALID.replace("bit<48> dstAddr;", "bit<99999999999> dstAddr;", 1)),
+    ):
+        path = tmp_path / name
+        path.write_text(source)
+        assert main(["compile", str(path), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and str(path) in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
