@@ -21,6 +21,7 @@ only when the ``ray`` executor runs.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
@@ -160,17 +161,11 @@ def _pool_outcomes(
 
 def start_local_ray(num_cpus: int) -> None:
     """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only."""
-    os.environ[_RAY_LOCAL_ONLY_ENV] = "0"  # read by the processes Ray starts
     # Ray runs its workers at niceness 15 by default: on a shared machine they would
     # then get almost no CPU. The runs are this command's work: normal priority.
     os.environ.setdefault(_RAY_NICENESS_ENV, "0")
-    ray = _import_ray()
+    ray = _loopback_only()
     import logging
-
-    from ray._private import ray_constants
-
-    # ... and by this process when ray is first imported, which may have happened already.
-    ray_constants.ENABLE_RAY_CLUSTER = False
 
     ray.init(
         num_cpus=num_cpus,
@@ -179,6 +174,27 @@ def start_local_ray(num_cpus: int) -> None:
         log_to_driver=False,
         configure_logging=True,
     )
+
+
+def _loopback_only() -> Any:
+    """Import ray with every service of this process (and those it starts) on loopback."""
+    os.environ[_RAY_LOCAL_ONLY_ENV] = "0"  # read by the processes Ray starts
+    ray = _import_ray()
+    from ray._private import ray_constants
+
+    # ... and by this process when ray is first imported, which may have happened already.
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return ray
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _import_ray() -> Any:
@@ -212,7 +228,12 @@ def _ray_outcomes(
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
     if executor.ray_address is not None:
         _check_reachable(executor.ray_address)
-    ray = _import_ray()
+    if executor.ray_address is not None and _is_loopback(executor.ray_address):
+        # A head on this machine's loopback (ray start --head with the same switch):
+        # this process must not announce the machine's outside address to it.
+        ray = _loopback_only()
+    else:
+        ray = _import_ray()
     owned = not ray.is_initialized()
     if owned:
         if executor.ray_address is None:
