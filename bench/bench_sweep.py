@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import emit
-from sim.executors import Executor, TaskFailure, run_tasks, start_local_ray
+from sim.executors import Executor, TaskFailure, run_tasks, start_local_ray, stop_local_ray
 from sim.grid import Point
 from sim.sweep import SweepRun, sweep_run
 
@@ -93,7 +93,7 @@ def main() -> None:
                 )
     finally:
         started = time.perf_counter()
-        ray.shutdown()
+        stop_local_ray()
         ray_stop_s = time.perf_counter() - started
     result: dict[str, Any] = {
         name: statistics.median(values) for name, values in sorted(samples.items())

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -45,6 +47,7 @@ Result = TypeVar("Result")
 # service (by default its services listen on every interface).
 _RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _RAY_NICENESS_ENV = "RAY_worker_niceness"
+_LOCAL_TEMP_DIR: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +154,9 @@ def _pool_outcomes(
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 error = future.exception()
-                if error is not None:  # the worker process died (e.g. killed): only this run
+                # A worker process that dies (killed, out of memory) breaks the pool: this
+                # and every run not yet done fail; the finished ones are kept.
+                if error is not None:
                     yield futures[future], _Outcome(None, _failure(error))
                 else:
                     yield futures[future], future.result()
@@ -167,13 +172,30 @@ def start_local_ray(num_cpus: int) -> None:
     ray = _loopback_only()
     import logging
 
+    global _LOCAL_TEMP_DIR
+    # Its own directory for sockets and logs, removed by stop_local_ray: nothing is left
+    # behind, and no other Ray instance on the machine is found or joined ("local").
+    _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
     ray.init(
+        address="local",
+        _temp_dir=_LOCAL_TEMP_DIR,
         num_cpus=num_cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,
         configure_logging=True,
     )
+
+
+def stop_local_ray() -> None:
+    """Shut the instance of :func:`start_local_ray` down and remove its directory."""
+    global _LOCAL_TEMP_DIR
+    import ray
+
+    ray.shutdown()
+    if _LOCAL_TEMP_DIR is not None:
+        shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
+        _LOCAL_TEMP_DIR = None
 
 
 def _loopback_only() -> Any:
@@ -262,5 +284,7 @@ def _ray_outcomes(
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
-        if owned:
-            ray.shutdown()
+        if owned and executor.ray_address is None:
+            stop_local_ray()
+        elif owned:
+            ray.shutdown()  # disconnects; the cluster goes on

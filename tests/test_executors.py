@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,9 +116,12 @@ def test_sweep_starts_and_stops_its_own_ray_on_loopback(
         "figures:\n  - name: mix\n    vary: {mix: [sha, hyperband]}\n",
     )
     argv = ["sweep", str(grid), "--out", str(out), "--executor", "ray", "--jobs", "2"]
+    before = set(Path(tempfile.gettempdir()).glob("beamer-ray-*"))
     assert main(argv) == 0
     assert not ray.is_initialized()
     assert _wait_gone(ticks) == []
+    # Its sockets and logs went into a directory of its own, removed at the end.
+    assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) == before
     assert len(records(out / "runs.jsonl")) == 4
 
 
@@ -125,14 +129,14 @@ def test_sweep_starts_and_stops_its_own_ray_on_loopback(
 def local_ray() -> Iterator[Any]:
     """One local Ray instance (2 CPUs, loopback) for the tests below; shut down after them."""
     ray = pytest.importorskip("ray")
-    from sim.executors import start_local_ray
+    from sim.executors import start_local_ray, stop_local_ray
 
     ticks = _start_ticks(os.getpid())
     start_local_ray(2)
     try:
         yield ray
     finally:
-        ray.shutdown()
+        stop_local_ray()
         assert _wait_gone(ticks) == []
 
 
