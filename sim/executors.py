@@ -274,7 +274,11 @@ def _ray_outcomes(
         refs = {remote.remote(fn, item): index for index, item in enumerate(items)}
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=min(len(pending), 64), timeout=0.5)
+            # Block for the next result, then take every other one already there.
+            done, pending = ray.wait(pending, num_returns=1)
+            if pending:
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                done += more
             for ref in done:
                 try:
                     outcome = ray.get(ref)
