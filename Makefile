@@ -13,7 +13,7 @@ endif
 P4DEPS := $(wildcard $(dir $(abspath $(P4TOOLS)))install-deps)
 TARGET ?= embedded
 
-.PHONY: install system-deps p4-deps test lint run run-bmv2 simulate bench build clean distclean
+.PHONY: install system-deps p4-deps test lint run run-bmv2 simulate sweep bench build clean distclean
 
 # Debian tools the emulation needs (namespaces, offload switches); only when root and missing.
 system-deps:
@@ -24,7 +24,7 @@ system-deps:
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP) system-deps
@@ -68,6 +68,10 @@ run-bmv2: build
 simulate: install
 	$(BEAMER) simulate --workload hp-tuning --policies beamer,sincronia,varys,aalo,fifo-lm,fair \
 		--seeds $(SEEDS) --queues ideal,8 --out out/simulate
+
+# The README's sweep table (resumes an interrupted sweep; see docs/sweep.md).
+sweep: install
+	$(BEAMER) sweep sweeps/readme.yaml --out out/sweep/readme
 
 bench: install
 	$(PY) -m bench

@@ -13,6 +13,7 @@ from control.errors import UserError
 # sets ``func`` (args -> exit status) on them.
 COMMAND_MODULES: tuple[str, ...] = (
     "sim.cli",
+    "sim.sweep",
     "workloads.cli",
     "softswitch.compile_cli",
     "softswitch.switch_cli",

@@ -8,18 +8,16 @@ import math
 import os
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from control.errors import UserError
 from control.model import StageKey, Workload
 from control.policies import POLICIES, get_policy
 from control.quantize import STRATEGIES, Strategy
 from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
+from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
 from sim.metrics import METRICS, isolated_sct, summarize
 from sim.report import plot_normalised, plot_sct_cdf, table, write_csv
 
@@ -63,9 +61,25 @@ def register(subparsers: Any) -> None:
         "--jobs",
         type=int,
         default=min(os.cpu_count() or 1, 4),
-        help="runs in parallel worker processes (default: CPUs, at most 4)",
+        help="runs in parallel worker processes, or a local Ray's CPUs (default: CPUs, at most 4)",
     )
+    add_executor_flags(parser)
     parser.set_defaults(func=run)
+
+
+def add_executor_flags(parser: argparse.ArgumentParser) -> None:
+    """``--executor local|ray`` and ``--ray-address`` (shared with ``beamer sweep``)."""
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=EXECUTORS,
+        help="local worker processes, or one Ray task per run (needs the ray extra)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="HOST:PORT of a running Ray cluster's head (default: a private local instance)",
+    )
 
 
 def parse_seeds(args: argparse.Namespace) -> list[int]:
@@ -123,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.load is not None and not (args.load > 0 and math.isfinite(args.load)):
         raise UserError(f"--load: must be a positive number, not {args.load}")
     strategy: Strategy = args.quantize
-    if args.jobs < 1:
-        raise UserError(f"--jobs: must be at least 1, not {args.jobs}")
+    executor = Executor(args.executor, args.jobs, args.ray_address)
     if args.out is not None:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         for mode in modes
         for name in policies
     ]
-    outcomes = _run_all(runs, args.jobs)
+    outcomes = _run_all(runs, executor)
     per_seed: dict[str, list[dict[str, float]]] = {}
     sct_values: dict[str, list[float]] = {}
     stage_rows: list[list[object]] = []
@@ -232,28 +245,23 @@ def _one_run(spec: RunSpec) -> RunOutcome:
     return summarize(result, alone), list(result.sct_s.values()), rows
 
 
-def _run_all(runs: list[RunSpec], jobs: int) -> list[RunOutcome]:
-    """Every run, in order; with ``jobs`` > 1 in worker processes (results are identical)."""
-    bar = tqdm(total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=None)
-    try:
-        if jobs <= 1 or len(runs) == 1:
-            outcomes = []
-            for spec in runs:
-                bar.set_postfix_str(f"seed {spec.seed} {spec.policy} {mode_label(spec.mode)}")
-                outcomes.append(_one_run(spec))
-                bar.update()
-            return outcomes
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_one_run, spec) for spec in runs]
-            try:
-                for _ in as_completed(futures):
-                    bar.update()
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            return [future.result() for future in futures]
-    finally:
-        bar.close()
+def _run_all(runs: list[RunSpec], executor: Executor) -> list[RunOutcome]:
+    """Every run, in order, on ``executor`` (results are identical on every executor)."""
+    outcomes: list[RunOutcome | TaskFailure | None] = [None] * len(runs)
+    for index, outcome in run_tasks(_one_run, runs, executor, desc="simulate", describe=_describe):
+        outcomes[index] = outcome
+    failed = [runs[i] for i, outcome in enumerate(outcomes) if isinstance(outcome, TaskFailure)]
+    if failed:
+        raise RunsFailed(f"{len(failed)} of {len(runs)} runs failed, first: {_describe(failed[0])}")
+    return [
+        outcome
+        for outcome in outcomes
+        if outcome is not None and not isinstance(outcome, TaskFailure)
+    ]
+
+
+def _describe(spec: RunSpec) -> str:
+    return f"seed {spec.seed} {spec.policy} {mode_label(spec.mode)}"
 
 
 def _aggregate(

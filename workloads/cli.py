@@ -13,6 +13,8 @@ from control.files import atomic_write_text, read_text
 from workloads import coflow_benchmark, json_format
 from workloads.hp_tuning import HpTuningConfig, shrink
 from workloads.loader import load_workload
+from workloads.models import MODELS
+from workloads.shapes import MIXES, Shape, parse_models, parse_sync
 from workloads.summary import summarize
 
 
@@ -37,6 +39,29 @@ def register(subparsers: Any) -> None:
     generate.add_argument("--hosts", type=int, default=None, help="number of hosts")
     generate.add_argument(
         "--link-bps", type=float, default=None, help="host link rate in bit/s (default 10e9)"
+    )
+    generate.add_argument(
+        "--mix",
+        choices=MIXES,
+        default=None,
+        help="tuning jobs: SHA runs, Hyperband runs, or both (default mixed)",
+    )
+    generate.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated models the trials train (default all: {', '.join(MODELS)})",
+    )
+    generate.add_argument(
+        "--eta", type=int, default=None, help="reduction factor of every job (default: per shape)"
+    )
+    generate.add_argument(
+        "--max-trials",
+        type=int,
+        default=None,
+        help="maximum budget R of every job: the widest stage starts at most R trials",
+    )
+    generate.add_argument(
+        "--sync", default=None, help="synchronisation: ring, ps, or ring,ps (default both)"
     )
     generate.add_argument(
         "--time-scale",
@@ -87,12 +112,12 @@ def register(subparsers: Any) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     if args.kind == "fb2010":
-        for flag in ("jobs", "hosts", "link_bps", "time_scale"):
+        for flag in SHAPE_FLAGS:
             if getattr(args, flag) is not None:
                 raise UserError(f"--{flag.replace('_', '-')} applies to --kind hp-tuning only")
         workload = load_workload("fb2010", load=args.load)
     else:
-        config = HpTuningConfig()
+        config = shape_from_args(args).apply(HpTuningConfig())
         if args.jobs is not None:
             config = dataclasses.replace(config, num_jobs=args.jobs)
         if args.hosts is not None:
@@ -111,6 +136,37 @@ def _generate(args: argparse.Namespace) -> int:
         f"{summary.total_bytes / 1e9:.3f} GB"
     )
     return 0
+
+
+SHAPE_FLAGS = (
+    "jobs",
+    "hosts",
+    "link_bps",
+    "time_scale",
+    "mix",
+    "models",
+    "eta",
+    "max_trials",
+    "sync",
+)
+
+
+def shape_from_args(args: argparse.Namespace) -> Shape:
+    """The ``--mix/--models/--eta/--max-trials/--sync`` flags as a :class:`Shape`."""
+    try:
+        return Shape(
+            mix=args.mix or "mixed",
+            models=None if args.models is None else parse_models(args.models),
+            eta=args.eta,
+            max_trials=args.max_trials,
+            sync=None if args.sync is None else parse_sync(args.sync),
+        )
+    except UserError as error:
+        # Shape names its fields as a grid file does; on the command line they are flags.
+        field, _, rest = str(error).partition(": ")
+        if field in ("models", "eta", "max_trials", "sync", "mix"):
+            raise UserError(f"--{field.replace('_', '-')}: {rest}") from None
+        raise
 
 
 def _show(args: argparse.Namespace) -> int:

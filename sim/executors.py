@@ -1,0 +1,294 @@
+"""Where simulation runs execute: local worker processes, or Ray tasks.
+
+:func:`run_tasks` calls one picklable, module-level function on every item and
+yields ``(index, result)`` as runs finish, in completion order, with a progress
+bar (runs done / total, ETA) on stderr. A run that raises yields a
+:class:`TaskFailure` instead of its result; the other runs go on.
+
+Executors:
+
+* ``local``: ``jobs`` worker processes on this machine (in the calling process
+  when ``jobs`` is 1);
+* ``ray``: one Ray task per run. Without an address a private Ray instance is
+  started with ``jobs`` CPUs, reachable on the loopback interface only, and
+  shut down at the end (also on Ctrl-C and failure); with ``ray_address``
+  (``HOST:PORT`` of a running cluster's head, or ``auto``) the runs go to that
+  cluster, whose nodes need the project installed.
+
+Ray is an optional dependency (``pip install .[ray]``) imported only here, and
+only when the ``ray`` executor runs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from tqdm import tqdm
+
+from control.errors import UserError
+
+ExecutorKind = Literal["local", "ray"]
+EXECUTORS: tuple[ExecutorKind, ...] = ("local", "ray")
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+# With this switch off, a local Ray instance uses the loopback address for every
+# service (by default its services listen on every interface).
+_RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_RAY_NICENESS_ENV = "RAY_worker_niceness"
+_LOCAL_TEMP_DIR: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Executor:
+    """How to run: ``kind``, parallel runs (local processes, or a local Ray's CPUs)."""
+
+    kind: ExecutorKind = "local"
+    jobs: int = 1
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise UserError(f"--executor: {self.kind!r} is not one of {', '.join(EXECUTORS)}")
+        if self.jobs < 1:
+            raise UserError(f"--jobs: must be at least 1, not {self.jobs}")
+        if self.ray_address is not None and self.kind != "ray":
+            raise UserError("--ray-address applies to --executor ray only")
+
+
+class RunsFailed(UserError):
+    """Some runs raised (each was reported as it failed); the others completed."""
+
+    exit_status = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """A run that raised: one line for the user, the traceback for the record."""
+
+    error: str
+    details: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome(Generic[Result]):
+    value: Result | None
+    failure: TaskFailure | None
+
+
+def _failure(error: BaseException) -> TaskFailure:
+    line = f"{type(error).__name__}: {error}".splitlines()[0]
+    details = "".join(traceback.format_exception(error))
+    return TaskFailure(line, details)
+
+
+def _guarded(fn: Callable[[Item], Result], item: Item) -> _Outcome[Result]:
+    """Run one item; an exception becomes a :class:`TaskFailure` (keeps pools healthy)."""
+    try:
+        return _Outcome(fn(item), None)
+    except Exception as error:
+        return _Outcome(None, _failure(error))
+
+
+def run_tasks(
+    fn: Callable[[Item], Result],
+    items: Sequence[Item],
+    executor: Executor,
+    *,
+    desc: str,
+    describe: Callable[[Item], str] = str,
+) -> Iterator[tuple[int, Result | TaskFailure]]:
+    """Yield ``(index, result or TaskFailure)`` for every item, as runs finish.
+
+    Failures are also written above the progress bar with ``describe(item)``.
+    Leaving the loop early (``break``, Ctrl-C) cancels the runs not yet done.
+    """
+    bar = tqdm(total=len(items), desc=desc, unit="run", file=sys.stderr, disable=None)
+    try:
+        if executor.kind == "ray":
+            source = _ray_outcomes(fn, items, executor)
+        elif executor.jobs <= 1 or len(items) <= 1:
+            source = ((index, _guarded(fn, item)) for index, item in enumerate(items))
+        else:
+            source = _pool_outcomes(fn, items, executor.jobs)
+        try:
+            for index, outcome in source:
+                bar.update()
+                if outcome.failure is not None:
+                    bar.write(
+                        f"run failed: {describe(items[index])}: {outcome.failure.error}",
+                        file=sys.stderr,
+                    )
+                    yield index, outcome.failure
+                else:
+                    yield index, outcome.value  # type: ignore[misc]
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+    finally:
+        bar.close()
+
+
+def _pool_outcomes(
+    fn: Callable[[Item], Result], items: Sequence[Item], jobs: int
+) -> Iterator[tuple[int, _Outcome[Result]]]:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures: dict[Future[_Outcome[Result]], int] = {
+            pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                error = future.exception()
+                # A worker process that dies (killed, out of memory) breaks the pool: this
+                # and every run not yet done fail; the finished ones are kept.
+                if error is not None:
+                    yield futures[future], _Outcome(None, _failure(error))
+                else:
+                    yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def start_local_ray(num_cpus: int) -> None:
+    """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only."""
+    # Ray runs its workers at niceness 15 by default: on a shared machine they would
+    # then get almost no CPU. The runs are this command's work: normal priority.
+    os.environ.setdefault(_RAY_NICENESS_ENV, "0")
+    ray = _loopback_only()
+    import logging
+
+    global _LOCAL_TEMP_DIR
+    # Its own directory for sockets and logs, removed by stop_local_ray: nothing is left
+    # behind, and no other Ray instance on the machine is found or joined ("local").
+    _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
+    ray.init(
+        address="local",
+        _temp_dir=_LOCAL_TEMP_DIR,
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        configure_logging=True,
+    )
+
+
+def stop_local_ray() -> None:
+    """Shut the instance of :func:`start_local_ray` down and remove its directory."""
+    global _LOCAL_TEMP_DIR
+    import ray
+
+    ray.shutdown()
+    if _LOCAL_TEMP_DIR is not None:
+        shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
+        _LOCAL_TEMP_DIR = None
+
+
+def _loopback_only() -> Any:
+    """Import ray with every service of this process (and those it starts) on loopback."""
+    os.environ[_RAY_LOCAL_ONLY_ENV] = "0"  # read by the processes Ray starts
+    ray = _import_ray()
+    from ray._private import ray_constants
+
+    # ... and by this process when ray is first imported, which may have happened already.
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    return ray
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            "--executor ray needs Ray: install the project's ray extra (pip install '.[ray]')"
+        ) from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast with one line when nothing listens at HOST:PORT (Ray itself retries for
+    minutes); ``auto`` and other address forms are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        if address == "auto" or "://" in address:
+            return
+        raise UserError(f"--ray-address: {address!r} is not HOST:PORT (or auto)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise UserError(f"--ray-address {address}: no Ray head answers there ({reason})") from None
+
+
+def _ray_outcomes(
+    fn: Callable[[Item], Result], items: Sequence[Item], executor: Executor
+) -> Iterator[tuple[int, _Outcome[Result]]]:
+    if executor.ray_address is not None:
+        _check_reachable(executor.ray_address)
+    if executor.ray_address is not None and _is_loopback(executor.ray_address):
+        # A head on this machine's loopback (ray start --head with the same switch):
+        # this process must not announce the machine's outside address to it.
+        ray = _loopback_only()
+    else:
+        ray = _import_ray()
+    owned = not ray.is_initialized()
+    if owned:
+        if executor.ray_address is None:
+            start_local_ray(executor.jobs)
+        else:
+            try:
+                ray.init(address=executor.ray_address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as error:
+                raise UserError(
+                    f"--ray-address {executor.ray_address}: cannot connect: {error}"
+                ) from None
+    pending: list[Any] = []
+    try:
+        # One task per run; Ray schedules them over the cluster's CPUs.
+        remote = ray.remote(num_cpus=1, max_retries=0)(_guarded)
+        refs = {remote.remote(fn, item): index for index, item in enumerate(items)}
+        pending = list(refs)
+        while pending:
+            # Block for the next result, then take every other one already there.
+            done, pending = ray.wait(pending, num_returns=1)
+            if pending:
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                done += more
+            for ref in done:
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayError as error:  # the worker died, the task was lost
+                    outcome = _Outcome(None, _failure(error))
+                yield refs[ref], outcome
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if owned and executor.ray_address is None:
+            stop_local_ray()
+        elif owned:
+            ray.shutdown()  # disconnects; the cluster goes on

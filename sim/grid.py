@@ -1,0 +1,472 @@
+"""Sweep grid files: which settings, seeds and policies ``beamer sweep`` runs.
+
+A grid is YAML (a JSON file is read the same way: JSON is YAML). See
+``docs/sweep.md`` for the format; in short::
+
+    policies: [beamer, sincronia, fair]   # the first is the reference of the ratios
+    seeds: [1, 2, 3]
+    defaults: {load: 0.8, queues: ideal}  # every setting starts from these
+    figures:
+      - name: load                        # one CSV file and one plot per figure
+        vary: {load: [0.5, 0.8, 1.0]}     # one setting per value (product if several)
+        fixed: {queues: 8}                # optional, for this figure only
+
+Setting parameters (:data:`PARAMETERS`): ``workload`` (``hp-tuning``, ``fb2010``
+or a file), ``load``, ``queues`` (``ideal`` or K classes), ``quantize``, and
+for the HP-tuning generator the workload shape of ``beamer workload
+generate``: ``mix``, ``models``, ``eta``, ``max_trials``, ``sync``, ``jobs``,
+``hosts``. Errors name the file, line and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control.errors import UserError
+from control.policies import POLICIES
+from control.quantize import STRATEGIES, Strategy
+from workloads.hp_tuning import HpTuningConfig
+from workloads.shapes import MIXES, Mix, Shape, parse_models, parse_sync
+
+PARAMETERS: tuple[str, ...] = (
+    "workload",
+    "load",
+    "queues",
+    "quantize",
+    "mix",
+    "models",
+    "eta",
+    "max_trials",
+    "sync",
+    "jobs",
+    "hosts",
+)
+SHAPE_PARAMETERS = ("mix", "models", "eta", "max_trials", "sync", "jobs", "hosts")
+_FIGURE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One setting of the grid (a workload and a simulator configuration), seeds aside.
+
+    ``None`` keeps the default: load 0.8 for hp-tuning (a file's own arrivals
+    otherwise), ideal classes, every model, both synchronisation patterns.
+    """
+
+    workload: str = "hp-tuning"
+    load: float | None = None
+    queues: int | None = None
+    quantize: Strategy = "rank"
+    mix: Mix = "mixed"
+    models: tuple[str, ...] | None = None
+    eta: int | None = None
+    max_trials: int | None = None
+    sync: tuple[str, ...] | None = None
+    jobs: int | None = None
+    hosts: int | None = None
+
+    def key(self) -> str:
+        """Canonical text of the point: equal points (from any figure) share runs."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for name in ("models", "sync"):
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+    def shape(self) -> Shape:
+        return Shape(
+            mix=self.mix,
+            models=self.models,
+            eta=self.eta,
+            max_trials=self.max_trials,
+            sync=self.sync,  # type: ignore[arg-type]
+        )
+
+    def hp_config(self) -> HpTuningConfig:
+        """The generator's configuration (seed and load are set per run)."""
+        config = HpTuningConfig()
+        if self.jobs is not None:
+            config = dataclasses.replace(config, num_jobs=self.jobs)
+        if self.hosts is not None:
+            config = dataclasses.replace(config, num_hosts=self.hosts)
+        return self.shape().apply(config)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A point as a figure shows it: ``label`` names the varied values."""
+
+    label: str
+    values: tuple[tuple[str, str], ...]
+    point: Point
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    name: str
+    varied: tuple[str, ...]
+    settings: tuple[Setting, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    path: Path
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    figures: tuple[Figure, ...]
+
+    @property
+    def reference(self) -> str:
+        return self.policies[0]
+
+    def points(self) -> list[Point]:
+        """Every distinct point, in figure order."""
+        found: dict[str, Point] = {}
+        for figure in self.figures:
+            for setting in figure.settings:
+                found.setdefault(setting.point.key(), setting.point)
+        return list(found.values())
+
+
+# --- reading YAML with line numbers ---------------------------------------------------
+
+
+class _Map(dict[Any, Any]):
+    line: int = 0
+    lines: dict[Any, int]
+
+
+class _List(list[Any]):
+    line: int = 0
+    lines: list[int]
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    out = _Map()
+    out.line = node.start_mark.line + 1
+    out.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, str):
+            raise _FieldError(line, "", f"key {key!r} is not a name")
+        if key in out:
+            raise _FieldError(line, key, "appears twice")
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.lines[key] = line
+    return out
+
+
+def _construct_list(loader: _Loader, node: yaml.SequenceNode) -> _List:
+    out = _List()
+    out.line = node.start_mark.line + 1
+    out.lines = []
+    for item in node.value:
+        out.append(loader.construct_object(item, deep=True))
+        out.lines.append(item.start_mark.line + 1)
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
+
+
+class _FieldError(Exception):
+    def __init__(self, line: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.field = field
+        self.message = message
+
+
+def _line(container: object, key: str | int) -> int:
+    if isinstance(container, _Map) and isinstance(key, str):
+        return container.lines.get(key, container.line)
+    if isinstance(container, _List) and isinstance(key, int) and key < len(container.lines):
+        return container.lines[key]
+    return getattr(container, "line", 0)
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+def load_grid(path: Path) -> Grid:
+    """Read and check a grid file; any problem is one :class:`UserError` line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such grid file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
+        ) from None
+    try:
+        document = yaml.load(text, Loader=_Loader)
+    except _FieldError as error:
+        raise UserError(f"{path}:{error.line}: {error.field}: {error.message}") from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise UserError(f"{where}: not valid YAML or JSON: {error.problem}") from None
+    except yaml.YAMLError as error:
+        raise UserError(f"{path}: not valid YAML or JSON: {error}") from None
+    try:
+        return _grid(path, document)
+    except _FieldError as error:
+        raise UserError(f"{path}:{error.line}: {error.field}: {error.message}") from None
+
+
+def _grid(path: Path, document: object) -> Grid:
+    if not isinstance(document, _Map):
+        raise _FieldError(1, "grid", "must be a mapping with policies, seeds and figures")
+    unknown = sorted(set(document) - {"policies", "seeds", "defaults", "figures"})
+    if unknown:
+        raise _FieldError(_line(document, unknown[0]), unknown[0], "unknown field")
+    for required in ("policies", "seeds", "figures"):
+        if required not in document:
+            raise _FieldError(document.line, required, "missing")
+    policies = _names(document, "policies")
+    for index, name in enumerate(policies):
+        if name not in POLICIES:
+            raise _FieldError(
+                _line(document["policies"], index),
+                f"policies[{index}]",
+                f"unknown policy {name!r} (known: {', '.join(POLICIES)})",
+            )
+    seeds = _seeds(document)
+    defaults = document.get("defaults", _Map())
+    if not isinstance(defaults, _Map):
+        raise _FieldError(_line(document, "defaults"), "defaults", "must be a mapping")
+    base = _parameters(defaults, "defaults")
+    figures_doc = document["figures"]
+    if not isinstance(figures_doc, _List) or not figures_doc:
+        raise _FieldError(_line(document, "figures"), "figures", "must be a non-empty list")
+    figures: list[Figure] = []
+    for index, item in enumerate(figures_doc):
+        figure = _figure(item, f"figures[{index}]", _line(figures_doc, index), base)
+        if any(known.name == figure.name for known in figures):
+            raise _FieldError(
+                _line(item, "name"), f"figures[{index}].name", f"{figure.name!r} appears twice"
+            )
+        figures.append(figure)
+    return Grid(path, tuple(policies), tuple(seeds), tuple(figures))
+
+
+def _names(document: _Map, field: str) -> list[str]:
+    value = document[field]
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise _FieldError(_line(document, field), field, "must be a non-empty list of names")
+    if len(set(value)) != len(value):
+        raise _FieldError(_line(document, field), field, "names a policy twice")
+    return list(value)
+
+
+def _seeds(document: _Map) -> list[int]:
+    value = document["seeds"]
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise _FieldError(_line(document, "seeds"), "seeds", "must be a non-empty list of integers")
+    if len(set(value)) != len(value):
+        raise _FieldError(_line(document, "seeds"), "seeds", "names a seed twice")
+    return list(value)
+
+
+def _figure(item: object, where: str, line: int, base: dict[str, Any]) -> Figure:
+    if not isinstance(item, _Map):
+        raise _FieldError(line, where, "must be a mapping with name and vary")
+    unknown = sorted(set(item) - {"name", "vary", "fixed"})
+    if unknown:
+        raise _FieldError(_line(item, unknown[0]), f"{where}.{unknown[0]}", "unknown field")
+    name = item.get("name")
+    if not isinstance(name, str) or not _FIGURE_NAME.match(name):
+        raise _FieldError(
+            _line(item, "name"),
+            f"{where}.name",
+            "must be a name of letters, digits, '.', '_' or '-' (it names the figure's files)",
+        )
+    fixed_doc = item.get("fixed", _Map())
+    if not isinstance(fixed_doc, _Map):
+        raise _FieldError(_line(item, "fixed"), f"{where}.fixed", "must be a mapping")
+    fixed = {**base, **_parameters(fixed_doc, f"{where}.fixed")}
+    vary = item.get("vary")
+    if not isinstance(vary, _Map) or not vary:
+        raise _FieldError(
+            _line(item, "vary"), f"{where}.vary", "must map parameters to lists of values"
+        )
+    axes: list[list[tuple[str, str, Any]]] = []
+    for parameter, values in vary.items():
+        field = f"{where}.vary.{parameter}"
+        if parameter not in PARAMETERS:
+            raise _FieldError(
+                _line(vary, parameter), field, f"unknown parameter (known: {', '.join(PARAMETERS)})"
+            )
+        if not isinstance(values, _List) or not values:
+            raise _FieldError(_line(vary, parameter), field, "must be a non-empty list of values")
+        axis = []
+        for index, value in enumerate(values):
+            parsed = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
+            axis.append((parameter, _show(value), parsed))
+        axes.append(axis)
+    settings: list[Setting] = []
+    for combination in itertools.product(*axes):
+        chosen = dict(fixed)
+        chosen.update({parameter: parsed for parameter, _, parsed in combination})
+        point = _point(chosen, _line(item, "vary"), f"{where}.vary")
+        label = ", ".join(
+            shown if len(combination) == 1 else f"{parameter} {shown}"
+            for parameter, shown, _ in combination
+        )
+        values_shown = tuple((parameter, shown) for parameter, shown, _ in combination)
+        settings.append(Setting(label, values_shown, point))
+    return Figure(name, tuple(vary), tuple(settings))
+
+
+def _show(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _parameters(document: _Map, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for parameter, value in document.items():
+        field = f"{where}.{parameter}"
+        if parameter not in PARAMETERS:
+            raise _FieldError(
+                _line(document, parameter),
+                field,
+                f"unknown parameter (known: {', '.join(PARAMETERS)})",
+            )
+        out[parameter] = _parameter(parameter, value, _line(document, parameter), field)
+    return out
+
+
+def _parameter(name: str, value: object, line: int, field: str) -> Any:
+    """One parameter's value, checked and normalised (``None`` = the default)."""
+    try:
+        return _parse_parameter(name, value)
+    except UserError as error:
+        message = str(error)
+        prefix = f"{name}: "
+        raise _FieldError(line, field, message.removeprefix(prefix)) from None
+
+
+def _parse_parameter(name: str, value: object) -> Any:
+    def integer(minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise UserError(f"must be an integer >= {minimum}, not {value!r}")
+        return value
+
+    if name == "workload":
+        if not isinstance(value, str) or not value:
+            raise UserError("must be hp-tuning, fb2010 or a workload file")
+        return value
+    if name == "load":
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and value > 0)
+        ):
+            raise UserError(f"must be a positive number, not {value!r}")
+        return float(value)
+    if name == "queues":
+        if value == "ideal":
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
+            raise UserError(f"must be 'ideal' or a number of classes in 1..64, not {value!r}")
+        return value
+    if name == "quantize":
+        if value not in STRATEGIES:
+            raise UserError(f"must be one of {', '.join(STRATEGIES)}, not {value!r}")
+        return value
+    if name == "mix":
+        if value not in MIXES:
+            raise UserError(f"must be one of {', '.join(MIXES)}, not {value!r}")
+        return value
+    if name == "models":
+        if not isinstance(value, str | list):
+            raise UserError("must be 'all', a model name or a list of model names")
+        return parse_models(value)
+    if name == "sync":
+        if not isinstance(value, str | list):
+            raise UserError("must be ring, ps or both")
+        return parse_sync(value)
+    if name == "eta":
+        return integer(2)
+    if name in ("max_trials", "jobs"):
+        return integer(1)
+    if name == "hosts":
+        return integer(2)
+    raise UserError(f"unknown parameter {name!r}")
+
+
+def _point(chosen: Mapping[str, Any], line: int, field: str) -> Point:
+    workload = chosen.get("workload", "hp-tuning")
+    if workload != "hp-tuning":
+        shaped = sorted(set(chosen) & set(SHAPE_PARAMETERS))
+        if shaped:
+            raise _FieldError(
+                line, field, f"{shaped[0]} applies to the hp-tuning workload only, not {workload!r}"
+            )
+    load = chosen.get("load")
+    if load is None and workload == "hp-tuning":
+        load = HpTuningConfig().load
+    point = Point(
+        workload=workload,
+        load=load,
+        queues=chosen.get("queues"),
+        quantize=chosen.get("quantize", "rank"),
+        mix=chosen.get("mix", "mixed"),
+        models=chosen.get("models"),
+        eta=chosen.get("eta"),
+        max_trials=chosen.get("max_trials"),
+        sync=chosen.get("sync"),
+        jobs=chosen.get("jobs"),
+        hosts=chosen.get("hosts"),
+    )
+    if workload == "hp-tuning":
+        try:
+            point.hp_config()  # the generator checks combinations (workers vs hosts, ...)
+        except UserError as error:
+            raise _FieldError(line, field, str(error)) from None
+    return point
+
+
+def run_key(point: Point, seed: int, policy: str) -> str:
+    """Canonical text of one run: what ``runs.jsonl`` records are found by."""
+    return json.dumps(
+        {"point": point.as_dict(), "seed": seed, "policy": policy},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def describe(point: Point, keys: Sequence[str] = PARAMETERS) -> str:
+    """A grid point as ``name=value`` pairs, for messages."""
+    values = point.as_dict()
+    return " ".join(
+        f"{name}={_show(values[name]) if values[name] is not None else 'default'}" for name in keys
+    )

@@ -1,0 +1,268 @@
+"""``beamer sweep GRIDFILE``: every policy on every setting and seed of a grid.
+
+Runs (one policy on one seed's workload at one grid point) go to the local
+executor or to Ray (``--executor ray``), one task each; each task generates or
+loads its workload itself and returns the same metrics as ``beamer simulate``.
+Finished runs are appended to ``OUT/runs.jsonl`` as they arrive, so running
+the same command again resumes: runs already there are not run again. A run
+that fails is reported with its grid point (and listed in
+``OUT/failures.jsonl``); the others go on. At the end the sweep writes, per
+figure of the grid, ``OUT/FIGURE.csv`` and ``OUT/FIGURE.png`` (average SCT
+relative to the reference policy per setting, with the per-seed spread), and
+``OUT/table.md`` with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from control.errors import UserError
+from control.files import atomic_write_text
+from control.model import StageKey, Workload
+from control.policies import get_policy
+from sim.engine import SimConfig, simulate
+from sim.executors import Executor, RunsFailed, TaskFailure, run_tasks
+from sim.grid import Grid, Point, describe, load_grid, run_key
+from sim.metrics import isolated_sct, summarize
+from sim.sweep_report import RunRecord, write_reports
+
+RUNS_FILE = "runs.jsonl"
+FAILURES_FILE = "failures.jsonl"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a grid of settings x seeds x policies in the simulator (local or on Ray)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("grid", type=Path, help="grid file, YAML or JSON (see docs/sweep.md)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for runs.jsonl, CSV files, plots and table.md (default out/sweep/GRID)",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the runs already in OUT/runs.jsonl instead of resuming",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(os.cpu_count() or 1, 4),
+        help="runs in parallel worker processes, or a local Ray's CPUs (default: CPUs, at most 4)",
+    )
+    from sim.cli import add_executor_flags
+
+    add_executor_flags(parser)
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    """One task: a policy on one seed's workload at one grid point."""
+
+    point: Point
+    seed: int
+    policy: str
+
+    def key(self) -> str:
+        return run_key(self.point, self.seed, self.policy)
+
+
+def run(args: argparse.Namespace) -> int:
+    grid = load_grid(args.grid)
+    executor = Executor(args.executor, args.jobs, args.ray_address)
+    out: Path = args.out if args.out is not None else Path("out") / "sweep" / args.grid.stem
+    _check_workloads(grid)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{out}: cannot create: {error.strerror or error}") from None
+    runs_path = out / RUNS_FILE
+    if args.restart:
+        runs_path.unlink(missing_ok=True)
+    done = read_records(runs_path)
+    runs = [
+        SweepRun(point, seed, policy)
+        for point in grid.points()
+        for seed in grid.seeds
+        for policy in grid.policies
+    ]
+    todo = [spec for spec in runs if spec.key() not in done]
+    if len(todo) < len(runs):
+        print(
+            f"sweep: resuming, {len(runs) - len(todo)} of {len(runs)} runs already in {runs_path}",
+            file=sys.stderr,
+        )
+    failures = _run_and_append(todo, executor, runs_path, done)
+    _write_failures(out / FAILURES_FILE, failures)
+    table = write_reports(out, grid, done)
+    if args.json:
+        json.dump(table, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print((out / "table.md").read_text(encoding="utf-8"), end="")
+        print(f"\nwrote {out}: runs.jsonl, table.md and a CSV and a plot per figure")
+    if failures:
+        raise RunsFailed(
+            f"{len(failures)} of {len(runs)} runs failed (listed in {out / FAILURES_FILE}); "
+            "run the same command again to retry them, finished runs are kept"
+        )
+    return 0
+
+
+def _check_workloads(grid: Grid) -> None:
+    """Files named by the grid must load here before any run starts."""
+    from workloads.loader import load_workload
+
+    for name in sorted({point.workload for point in grid.points()} - {"hp-tuning"}):
+        try:
+            load_workload(name)
+        except UserError as error:
+            raise UserError(f"{grid.path}: workload: {error}") from None
+
+
+def _run_and_append(
+    todo: list[SweepRun], executor: Executor, runs_path: Path, done: dict[str, RunRecord]
+) -> list[tuple[SweepRun, TaskFailure]]:
+    failures: list[tuple[SweepRun, TaskFailure]] = []
+    if not todo:
+        return failures
+    handle: TextIO | None = None  # opened at the first result: a sweep that cannot start
+    try:  # (e.g. no Ray cluster at --ray-address) leaves no file behind
+        for index, outcome in run_tasks(sweep_run, todo, executor, desc="sweep", describe=_label):
+            spec = todo[index]
+            if isinstance(outcome, TaskFailure):
+                failures.append((spec, outcome))
+                continue
+            if handle is None:
+                handle = runs_path.open("a", encoding="utf-8")
+            record: RunRecord = {
+                "key": spec.key(),
+                "point": spec.point.as_dict(),
+                "seed": spec.seed,
+                "policy": spec.policy,
+                "metrics": outcome,
+            }
+            # One line per finished run, on disk before the next: a killed sweep keeps it.
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            done[record["key"]] = record
+    finally:
+        if handle is not None:
+            handle.close()
+    return failures
+
+
+def _label(spec: SweepRun) -> str:
+    return f"{describe(spec.point)} seed={spec.seed} policy={spec.policy}"
+
+
+def _write_failures(path: Path, failures: list[tuple[SweepRun, TaskFailure]]) -> None:
+    if not failures:
+        path.unlink(missing_ok=True)
+        return
+    lines = [
+        json.dumps(
+            {
+                "point": spec.point.as_dict(),
+                "seed": spec.seed,
+                "policy": spec.policy,
+                "error": failure.error,
+                "traceback": failure.details,
+            },
+            sort_keys=True,
+        )
+        for spec, failure in failures
+    ]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_records(path: Path) -> dict[str, RunRecord]:
+    """The runs already finished, by key. A line cut short by a kill is dropped from the file."""
+    if not path.exists():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
+        ) from None
+    records: dict[str, RunRecord] = {}
+    kept: list[str] = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            key = record["key"]
+            if not isinstance(key, str) or not isinstance(record["metrics"], dict):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the last run's line was being written when the sweep stopped
+            raise UserError(
+                f"{path}:{number}: not a run record; remove the file or use --restart"
+            ) from None
+        records[key] = record
+        kept.append(line)
+    if text and (not text.endswith("\n") or len(kept) != len([x for x in lines if x.strip()])):
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return records
+
+
+# --- the task ------------------------------------------------------------------------------
+
+_WORKLOADS: dict[tuple[str, int], tuple[Workload, dict[StageKey, float]]] = {}
+
+
+def _workload(point: Point, seed: int) -> tuple[Workload, dict[StageKey, float]]:
+    """The point's workload for ``seed`` and its stages' isolated SCTs, cached per process."""
+    from workloads.loader import load_workload
+
+    cache_key = (json.dumps([point.workload, point.load, *_shape_key(point)]), seed)
+    if cache_key not in _WORKLOADS:
+        if point.workload == "hp-tuning":
+            workload = load_workload(
+                "hp-tuning", seed=seed, load=point.load, config=point.hp_config()
+            )
+        else:
+            workload = load_workload(point.workload, seed=seed, load=point.load)
+        if len(_WORKLOADS) > 8:
+            _WORKLOADS.clear()
+        _WORKLOADS[cache_key] = (workload, isolated_sct(workload))
+    return _WORKLOADS[cache_key]
+
+
+def _shape_key(point: Point) -> list[object]:
+    values = point.as_dict()
+    return [
+        values[name] for name in ("mix", "models", "eta", "max_trials", "sync", "jobs", "hosts")
+    ]
+
+
+def sweep_run(spec: SweepRun) -> dict[str, float]:
+    """One run, inside a worker process or a Ray task: the ``beamer simulate`` metrics."""
+    from sim.cli import resolve_flow_model
+
+    workload, alone = _workload(spec.point, spec.seed)
+    config = SimConfig(
+        spec.point.queues,
+        spec.point.quantize,
+        flow_model=resolve_flow_model("auto", workload),
+    )
+    result = simulate(workload, get_policy(spec.policy), config)
+    return summarize(result, alone)

@@ -1,0 +1,193 @@
+"""A sweep's results per figure: CSV, plot (ratio to the reference, per-seed spread), table."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, TypedDict
+
+from control.files import atomic_write, atomic_write_text
+from sim.grid import Figure, Grid, Setting, run_key
+from sim.report import write_csv
+
+
+class RunRecord(TypedDict):
+    """One line of ``runs.jsonl``: a finished run and its ``beamer simulate`` metrics."""
+
+    key: str
+    point: dict[str, Any]
+    seed: int
+    policy: str
+    metrics: dict[str, float]
+
+
+def _run_key(setting: Setting, seed: int, policy: str) -> str:
+    return run_key(setting.point, seed, policy)
+
+
+def aggregate(grid: Grid, figure: Figure, records: dict[str, RunRecord]) -> list[dict[str, Any]]:
+    """One row per setting and policy: mean avg SCT and its ratio to the reference's.
+
+    The ratio is taken per seed (same workload) and then averaged; ``rel_min``,
+    ``rel_max`` and ``rel_stdev`` give its spread over seeds, ``per_seed`` the
+    values. Only seeds where both runs finished count.
+    """
+    reference = grid.reference
+    rows: list[dict[str, Any]] = []
+    for setting in figure.settings:
+        ref_by_seed = {
+            seed: records[key]["metrics"]["avg_sct_s"]
+            for seed in grid.seeds
+            if (key := _run_key(setting, seed, reference)) in records
+        }
+        for policy in grid.policies:
+            mine = {
+                seed: records[key]["metrics"]["avg_sct_s"]
+                for seed in grid.seeds
+                if (key := _run_key(setting, seed, policy)) in records
+            }
+            seeds = [seed for seed in grid.seeds if seed in mine and seed in ref_by_seed]
+            ratios = [mine[seed] / ref_by_seed[seed] for seed in seeds]
+            row: dict[str, Any] = {
+                "setting": setting.label,
+                **dict(setting.values),
+                "policy": policy,
+                "seeds": len(seeds),
+                "avg_sct_s": statistics.fmean(mine.values()) if mine else None,
+                "avg_sct_rel": statistics.fmean(ratios) if ratios else None,
+                "rel_min": min(ratios) if ratios else None,
+                "rel_max": max(ratios) if ratios else None,
+                "rel_stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+                f"seeds_{reference}_lower": sum(1 for r in ratios if r > 1.0),
+                "per_seed": {seed: ratio for seed, ratio in zip(seeds, ratios, strict=True)},
+            }
+            rows.append(row)
+    return rows
+
+
+def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[str, Any]:
+    """``FIGURE.csv`` and ``FIGURE.png`` per figure and ``table.md``; returns the rows as JSON."""
+    reference = grid.reference
+    result: dict[str, Any] = {
+        "grid": str(grid.path),
+        "reference": reference,
+        "seeds": list(grid.seeds),
+        "policies": list(grid.policies),
+        "figures": {},
+    }
+    markdown = [
+        f"Produced by `beamer sweep {grid.path}`: average SCT over {reference}'s "
+        f"(mean over seeds {','.join(map(str, grid.seeds))} of each seed's ratio; > 1 means "
+        f"{reference} is lower), and on how many seeds {reference} is lower.",
+    ]
+    for figure in grid.figures:
+        rows = aggregate(grid, figure, records)
+        result["figures"][figure.name] = rows
+        columns = [
+            "setting",
+            *figure.varied,
+            "policy",
+            "seeds",
+            "avg_sct_s",
+            "avg_sct_rel",
+            "rel_min",
+            "rel_max",
+            "rel_stdev",
+            f"seeds_{reference}_lower",
+            "per_seed",
+        ]
+        write_csv(
+            out / f"{figure.name}.csv",
+            columns,
+            [[_cell(row, column) for column in columns] for row in rows],
+        )
+        _plot(out / f"{figure.name}.png", grid, figure, rows)
+        markdown.append("")
+        markdown.extend(_markdown(grid, figure, rows))
+    atomic_write_text(out / "table.md", "\n".join(markdown) + "\n")
+    return result
+
+
+def _cell(row: dict[str, Any], column: str) -> object:
+    value = row.get(column)
+    if value is None:
+        return ""
+    if column == "per_seed":
+        return " ".join(f"{seed}:{ratio:.4f}" for seed, ratio in value.items())
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def _markdown(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> list[str]:
+    reference = grid.reference
+    others = [policy for policy in grid.policies if policy != reference]
+    header = [f"figure `{figure.name}`", f"{reference} avg SCT s"]
+    header += [f"{policy} / {reference}" for policy in others]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---", *["---:"] * (len(header) - 1)]) + "|",
+    ]
+    for setting in figure.settings:
+        mine = {row["policy"]: row for row in rows if row["setting"] == setting.label}
+        ref = mine[reference]
+        cells = [setting.label, _num(ref["avg_sct_s"], 2)]
+        for policy in others:
+            row = mine[policy]
+            if row["avg_sct_rel"] is None:
+                cells.append("n/a")
+            else:
+                lower = row[f"seeds_{reference}_lower"]
+                cells.append(f"{row['avg_sct_rel']:.3f} ({lower}/{row['seeds']})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _plot(target: Path, grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> None:
+    """Average SCT relative to the reference per setting: mean, min-max bar and each seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reference = grid.reference
+    others = [policy for policy in grid.policies if policy != reference] or [reference]
+    labels = [setting.label for setting in figure.settings]
+    width = 0.8 / len(others)
+    fig, axes = plt.subplots(figsize=(max(6.4, 1.1 * len(labels) * max(1, len(others) / 2)), 4.2))
+    for offset, policy in enumerate(others):
+        xs, means, low, high, seed_x, seed_y = [], [], [], [], [], []
+        for position, label in enumerate(labels):
+            row = next(r for r in rows if r["setting"] == label and r["policy"] == policy)
+            if row["avg_sct_rel"] is None:
+                continue
+            x = position - 0.4 + width * (offset + 0.5)
+            xs.append(x)
+            means.append(row["avg_sct_rel"])
+            low.append(row["avg_sct_rel"] - row["rel_min"])
+            high.append(row["rel_max"] - row["avg_sct_rel"])
+            for ratio in row["per_seed"].values():
+                seed_x.append(x)
+                seed_y.append(ratio)
+        points = axes.errorbar(
+            xs, means, yerr=[low, high], fmt="o", capsize=3, label=policy, markersize=6
+        )
+        axes.scatter(seed_x, seed_y, s=10, alpha=0.5, color=points[0].get_color())
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    axes.set_xlabel(", ".join(figure.varied))
+    axes.set_ylabel(f"average SCT / {reference}'s")
+    axes.set_title(
+        f"{figure.name}: mean over seeds {','.join(map(str, grid.seeds))} "
+        "(bars: min-max, dots: seeds)",
+        fontsize=10,
+    )
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(target, lambda path: fig.savefig(path, format="png", dpi=120))
+    plt.close(fig)
