@@ -43,6 +43,7 @@ import numpy as np
 
 from bench.common import emit
 from bench.heldout import make_policy
+from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy
 from control.policies.static_order import StaticOrderPolicy
@@ -289,6 +290,14 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def main() -> None:
+    try:
+        run_main()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_status)
+
+
+def run_main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 1,4,7")
     parser.add_argument("--workers", type=int, default=2)
@@ -312,6 +321,8 @@ def main() -> None:
     seeds = [3, 5] if args.quick else parse_seeds(args.seeds)
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))
+    for name in policies:
+        make_policy(name)
     if args.screen:
         classes = None if args.queues == "ideal" else int(args.queues)
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:

@@ -18,7 +18,9 @@ that tuning chose.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -27,6 +29,7 @@ import numpy as np
 
 from bench.common import emit
 from bench.sweep import MIXES
+from control.errors import UserError
 from control.policies import get_policy
 from control.policies.base import BasePolicy
 from control.policies.beamer import BeamerPolicy
@@ -58,9 +61,18 @@ def make_policy(spec: str) -> BasePolicy:
         return get_policy(spec)
     base, _, args = spec.partition(":")
     if base != "beamer":
-        raise SystemExit(f"only beamer variants take arguments, not {base!r}")
-    kwargs = {k: _value(v) for k, v in (item.split("=", 1) for item in args.split(";"))}
-    return BeamerPolicy(**kwargs)  # type: ignore[arg-type]
+        raise UserError(f"policy {spec!r}: only beamer variants take arguments, not {base!r}")
+    kwargs: dict[str, object] = {}
+    for item in args.split(";"):
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise UserError(f"policy {spec!r}: {item!r} is not key=value")
+        kwargs[name] = _value(value)
+    try:
+        return BeamerPolicy(**kwargs)  # type: ignore[arg-type]
+    except TypeError:
+        known = ", ".join(inspect.signature(BeamerPolicy).parameters)
+        raise UserError(f"policy {spec!r}: unknown beamer knob (known: {known})") from None
 
 
 def one_run(setting: str, seed: int, policies: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -120,6 +132,14 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def main() -> None:
+    try:
+        run_main()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_status)
+
+
+def run_main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", default="11-30", help="e.g. 11-30 (held out) or 1-10 (tuning)")
     parser.add_argument("--policies", default="beamer,beamer-v1", help="comma-separated")
@@ -134,7 +154,7 @@ def main() -> None:
     chosen = args.settings.split(",")
     unknown = [s for s in chosen if s not in SETTINGS]
     if unknown:
-        raise SystemExit(f"unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
+        raise UserError(f"unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
     jobs = [(s, seed) for s in chosen for seed in seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
         futures = [pool.submit(one_run, s, seed, policies) for s, seed in jobs]
