@@ -5,8 +5,8 @@ prints one JSON object (``--markdown`` adds the table for docs/results.md).
 
 For each seed, a small HP-tuning instance from the generator (12 hosts at
 10 Gbit/s, 3 jobs of the default mix, one iteration per budget unit, so
-2–11 experiments and a few hundred coflows) is simulated under each policy
-and under *static experiment orders* (:class:`StaticOrderPolicy`: one
+3–11 experiments and 128–334 coflows on seeds 1–20) is simulated under
+each policy and under *static experiment orders* (:class:`StaticOrderPolicy`: one
 strict-priority class per experiment, fixed for the whole run) in the same
 fluid simulator. The best order is found by exhaustive search when there are
 at most ``--exhaustive`` orders (n! ≤ 120 by default), otherwise by local
@@ -22,8 +22,13 @@ full link rate on its busiest port), and an experiment's time is the sum of
 its stages'; the average SCT is at least the sum of these over the number of
 stages.
 
-Per seed: each policy's average SCT over the best static order's, and the
-*share of the gain* Beamer takes: (Sincronia − Beamer) / (Sincronia − best).
+Per seed: each policy's average SCT over the best static order's; over all
+seeds, the *share of the gain* each policy takes: Σ (Sincronia − policy) /
+Σ (Sincronia − best), in seconds of average SCT.
+
+``--screen`` skips the search and reports each policy's average SCT over
+Sincronia's on the same instances (how Beamer variants were screened on
+the tuning seeds 1–10); a policy is a name or ``beamer:knob=value;...``.
 """
 
 from __future__ import annotations
