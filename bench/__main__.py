@@ -1,7 +1,9 @@
 """Run every benchmark module (``bench/bench_*.py``) and print one JSON object.
 
 ``python -m bench`` runs them all; ``python -m bench NAME ...`` only the named
-ones; ``--quick`` is passed on for short smoke runs. Each module runs in its own
+ones; ``--quick`` is passed on for short smoke runs. Studies that take tens
+of minutes (``STUDIES``: the headroom search) run by name, or in their quick
+form with ``--quick``. Each module runs in its own
 process so that one benchmark's imports and threads cannot skew another's.
 """
 
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
+STUDIES = frozenset({"bench_headroom"})
+"""Not run by a plain ``python -m bench``: 20 seeds of search take tens of minutes."""
 
 
 def available() -> list[str]:
@@ -38,7 +42,7 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="short runs for a smoke test")
     args = parser.parse_args()
-    names = args.names or available()
+    names = args.names or [name for name in available() if args.quick or name not in STUDIES]
     unknown = sorted(set(names) - set(available()))
     if unknown:
         print(f"python -m bench: error: unknown benchmark(s) {unknown}", file=sys.stderr)

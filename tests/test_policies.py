@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage
 from control.policies import POLICIES, get_policy
 from control.policies.aalo import MIB, AaloPolicy
 from control.policies.base import CoflowState, ExperimentState, Snapshot
+from control.policies.beamer import BeamerPolicy
 from control.policies.bssi import bssi_order, bssi_order_plain
 
 GBPS = (1e9,) * 8  # 4 hosts: sender ports 0..3, receiver ports 4..7
@@ -188,3 +191,44 @@ def test_vectorised_bssi_matches_the_plain_statement() -> None:
         rows, ports = int(rng.integers(1, 30)), int(rng.integers(1, 12))
         demand = rng.exponential(1e6, size=(rows, ports)) * (rng.random((rows, ports)) < 0.4)
         assert bssi_order(demand) == bssi_order_plain(demand.tolist())
+
+
+def test_beamer_v1_keeps_the_first_design() -> None:
+    state, a0, a1, b0 = two_experiments()
+    assert get_policy("beamer-v1").rank(state).groups == ((b0,), (a0, a1))
+    assert get_policy("beamer-v1").name == "beamer-v1"
+
+
+def test_beamer_variants_move_the_experiment_they_should() -> None:
+    """Each knob, on the same two experiments (A owes 11 units on port 0, B owes 3)."""
+    state, a0, a1, b0 = two_experiments()
+    a_first = ((a0, a1), (b0,))
+    # Two stages left for A, one for B: weight 2**2 = 4 makes 4/11 > 1/3, so B goes last.
+    assert BeamerPolicy(stage_exponent=2.0).rank(state).groups == a_first
+    assert BeamerPolicy(stage_exponent=1.0).rank(state).groups == ((b0,), (a0, a1))
+    # Busiest-port times 11 and 3 units: within a ratio of 4 they share one group.
+    assert BeamerPolicy(merge_ratio=4.0).rank(state).groups == ((b0, a0, a1),)
+    assert len(BeamerPolicy(merge_ratio=3.0).rank(state).groups) == 2
+    # A has waited 100 s and B 1 s: with aging every 10 s, A weighs 11 and B 1.1.
+    experiments = dict(state.experiments)
+    b_late = dataclasses.replace(experiments[2].experiment, arrival_s=99.0)
+    experiments[2] = dataclasses.replace(experiments[2], experiment=b_late)
+    later = dataclasses.replace(state, now_s=100.0, experiments=experiments)
+    assert BeamerPolicy(aging_s=10.0).rank(later).groups == a_first
+    assert BeamerPolicy().rank(later).groups == ((b0,), (a0, a1))
+
+
+def test_beamer_compute_weight_counts_the_compute_left() -> None:
+    unit = 1000
+    quick = Experiment(1, 0.0, (Stage(0, (TrialStage(0, 1, 0.0, (Flow(0, 1, 2 * unit),)),)),))
+    slow = Experiment(2, 0.0, (Stage(0, (TrialStage(0, 1, 1.0, (Flow(0, 1, unit),)),)),))
+    a = coflow(key(1), {0: 2.0 * unit, 5: 2.0 * unit})
+    b = coflow(key(2), {0: 1.0 * unit, 5: 1.0 * unit})
+    experiments = {
+        1: ExperimentState(quick, 0, 0.0, {0: 0}),
+        2: ExperimentState(slow, 0, 0.0, {0: 0}),
+    }
+    state = snapshot(a, b, experiments=experiments)
+    assert BeamerPolicy().rank(state).order() == [b.key, a.key]
+    # One second of compute left is 1.25e8 byte-equivalents at 1 Gbit/s: B becomes the big one.
+    assert BeamerPolicy(compute_weight=1.0).rank(state).order() == [a.key, b.key]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
-from control.policies.beamer import BeamerPolicy, BeamerStagePolicy
+from control.policies.beamer import BeamerPolicy, BeamerStagePolicy, BeamerV1Policy
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
@@ -20,6 +20,7 @@ from control.policies.varys import VarysPolicy
 
 POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer": BeamerPolicy,
+    "beamer-v1": BeamerV1Policy,
     "beamer-stage": BeamerStagePolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,

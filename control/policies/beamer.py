@@ -29,7 +29,21 @@ Ordering = Literal["bssi", "bottleneck"]
 
 
 class BeamerPolicy(BasePolicy):
-    """``future_stages``: count stages not yet released; ``ordering``: BSSI or busiest port."""
+    """Experiments by BSSI on their remaining demand; the defaults are the chosen policy.
+
+    Knobs (each measured in docs/results.md; the defaults won on the tuning seeds):
+
+    * ``future_stages``: count the stages not yet released; ``future_weight`` scales them.
+    * ``ordering``: BSSI on the demand vectors, or the busiest port alone.
+    * ``split_trials``: one group per coflow inside an experiment, critical trial first.
+    * ``max_groups``: the groups after the first ``max_groups − 1`` share one.
+    * ``aging_s``: an experiment's BSSI weight grows by 1 every ``aging_s`` in the system.
+    * ``merge_ratio``: an experiment whose busiest-port time is within this ratio of the
+      previous group's head shares that group (one class, max-min inside).
+    * ``stage_exponent``: weight × (stages still to run) ** exponent.
+    * ``compute_weight``: one more BSSI "port", the compute left on the experiment's
+      critical path (seconds × link rate × this weight).
+    """
 
     name: ClassVar[str] = "beamer"
 
@@ -40,8 +54,16 @@ class BeamerPolicy(BasePolicy):
         split_trials: bool = False,
         max_groups: int | None = None,
         future_weight: float = 1.0,
+        aging_s: float | None = None,
+        merge_ratio: float | None = None,
+        stage_exponent: float = 0.0,
+        compute_weight: float = 0.0,
     ) -> None:
+        self.compute_weight = compute_weight
+        self.stage_exponent = stage_exponent
+        self.merge_ratio = merge_ratio
         self.future_weight = future_weight
+        self.aging_s = aging_s
         self.max_groups = max_groups
         self.future_stages = future_stages
         self.ordering = ordering
@@ -136,6 +158,21 @@ class BeamerPolicy(BasePolicy):
             )
         return vector, trial_bytes
 
+    def _compute_left_s(self, snapshot: Snapshot, unit: tuple[int, ...]) -> float:
+        state = snapshot.experiments.get(unit[0])
+        if state is None:
+            return 0.0
+        stages = state.experiment.stages
+        now = max(
+            (t.iterations - state.iterations_done.get(t.trial_id, 0)) * t.compute_s
+            for t in stages[state.stage_index].trials
+        )
+        later = sum(
+            max(t.iterations * t.compute_s for t in stage.trials)
+            for stage in stages[state.stage_index + 1 :]
+        )
+        return float(now + later)
+
     # -- ranking --
 
     def rank(self, snapshot: Snapshot) -> Ranking:
@@ -153,15 +190,35 @@ class BeamerPolicy(BasePolicy):
             demands.append(vector)
             trial_bytes.append(by_trial)
             state = snapshot.experiments.get(unit[0])
-            weights.append(state.experiment.weight if state is not None else 1.0)
+            weight = state.experiment.weight if state is not None else 1.0
+            if self.aging_s is not None and state is not None:
+                # An experiment's weight grows with the time it has spent in the system.
+                weight *= 1.0 + max(snapshot.now_s - state.experiment.arrival_s, 0.0) / self.aging_s
+            if self.stage_exponent and state is not None:
+                # Experiments with more stages still to run weigh more.
+                stages_left = len(state.experiment.stages) - state.stage_index
+                weight *= stages_left**self.stage_exponent
+            weights.append(weight)
         demand = np.vstack(demands)
+        if self.compute_weight:
+            # One more "port": the compute still on the experiment's critical path.
+            rate = max(snapshot.port_capacity_bps) / 8.0
+            column = [
+                self.compute_weight * rate * self._compute_left_s(snapshot, unit) for unit in units
+            ]
+            demand = np.hstack([demand, np.asarray(column)[:, None]])
         if self.ordering == "bssi":
             order = bssi_order(demand, np.asarray(weights))
         else:
             capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
-            bottleneck_s = (demand / capacity).max(axis=1) / np.asarray(weights)
+            bottleneck_s = (demand[:, : len(capacity)] / capacity).max(axis=1) / np.asarray(weights)
             order = [int(i) for i in np.lexsort((np.arange(len(units)), bottleneck_s))]
         groups: list[tuple[CoflowKey, ...]] = []
+        load_s = np.zeros(len(units))
+        if self.merge_ratio is not None:
+            capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
+            load_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
+        head_s = -1.0
         for index in order:
             by_trial = trial_bytes[index]
             critical_first = sorted(
@@ -169,12 +226,35 @@ class BeamerPolicy(BasePolicy):
             )
             if self.split_trials:
                 groups.extend((c.key,) for c in critical_first)
+            elif (
+                self.merge_ratio is not None
+                and groups
+                and head_s / self.merge_ratio <= load_s[index] <= self.merge_ratio * head_s
+            ):
+                # Nearly equal remaining demand: share the class with the group's head.
+                groups[-1] = groups[-1] + tuple(c.key for c in critical_first)
             else:
                 groups.append(tuple(c.key for c in critical_first))
+                head_s = float(load_s[index])
         if self.max_groups is not None and len(groups) > self.max_groups:
             tail = tuple(key for group in groups[self.max_groups - 1 :] for key in group)
             groups = [*groups[: self.max_groups - 1], tail]
         return Ranking(tuple(groups))
+
+
+class BeamerV1Policy(BeamerPolicy):
+    """The first Beamer policy, kept by name for comparison: the plain design, no variants."""
+
+    name: ClassVar[str] = "beamer-v1"
+
+    def __init__(self) -> None:
+        super().__init__(
+            future_stages=True,
+            ordering="bssi",
+            split_trials=False,
+            max_groups=None,
+            future_weight=1.0,
+        )
 
 
 class BeamerStagePolicy(BeamerPolicy):

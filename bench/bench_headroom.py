@@ -1,0 +1,362 @@
+"""Headroom: how far Beamer and Sincronia are from the best static experiment order.
+
+``python -m bench.bench_headroom [--seeds 1-20] [--workers 2] [--evals 150]``
+prints one JSON object (``--markdown`` adds the table for docs/results.md).
+
+For each seed, a small HP-tuning instance from the generator (12 hosts at
+10 Gbit/s, 3 jobs of the default mix, one iteration per budget unit, so
+3–11 experiments and 128–334 coflows on seeds 1–20) is simulated under
+each policy and under *static experiment orders* (:class:`StaticOrderPolicy`: one
+strict-priority class per experiment, fixed for the whole run) in the same
+fluid simulator. The best order is found by exhaustive search when there are
+at most ``--exhaustive`` orders (n! ≤ 120 by default), otherwise by local
+search: first-improvement over every insertion (move one experiment to
+another position) and every swap, started from each policy's completion
+order, the arrival order and random orders, until ``--evals`` simulations
+are spent. The best static order is a reference, not the optimum: a dynamic
+order may beat it (then the gap is negative).
+
+The lower bound is cheap and valid: every stage lasts at least as long as
+its longest trial alone, iterations × (compute + the iteration's coflow at
+full link rate on its busiest port), and an experiment's time is the sum of
+its stages'; the average SCT is at least the sum of these over the number of
+stages.
+
+Per seed: each policy's average SCT over the best static order's; over all
+seeds, the *share of the gain* each policy takes: Σ (Sincronia − policy) /
+Σ (Sincronia − best), in seconds of average SCT.
+
+``--screen`` skips the search and reports each policy's average SCT over
+Sincronia's on the same instances (how Beamer variants were screened on
+the tuning seeds 1–10); a policy is a name or ``beamer:knob=value;...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from bench.common import emit
+from bench.heldout import make_policy
+from control.errors import UserError
+from control.model import Workload
+from control.policies.base import BasePolicy
+from control.policies.static_order import StaticOrderPolicy
+from sim.engine import SimConfig, SimResult, simulate
+from workloads import hp_tuning
+from workloads.hp_tuning import HpTuningConfig
+
+POLICIES = ("beamer", "beamer-v1", "sincronia")
+
+
+def instance(seed: int) -> Workload:
+    """The small instance of ``seed``: the generator's shapes, fewer hosts, jobs and iterations."""
+    return hp_tuning.generate(
+        HpTuningConfig(seed=seed, num_hosts=12, num_jobs=3, iterations_per_unit=1)
+    )
+
+
+def avg_sct(result: SimResult) -> float:
+    return float(np.mean(list(result.sct_s.values())))
+
+
+def completion_order(workload: Workload, result: SimResult) -> tuple[int, ...]:
+    """Experiment ids by the instant they finished (arrival + completion time)."""
+    end = {
+        e.experiment_id: e.arrival_s + result.experiment_completion_s[e.experiment_id]
+        for e in workload.experiments
+    }
+    return tuple(sorted(end, key=lambda e: (end[e], e)))
+
+
+def lower_bound(workload: Workload) -> float:
+    """Average SCT no schedule can beat: each stage's longest trial, run alone at full rate."""
+    rate = workload.link_bps / 8.0
+    total = 0.0
+    stages = 0
+    for experiment in workload.experiments:
+        for stage in experiment.stages:
+            stages += 1
+            longest = 0.0
+            for trial in stage.trials:
+                ports: dict[int, float] = {}
+                for flow in trial.sync_flows:
+                    if flow.src_host != flow.dst_host:
+                        ports[flow.src_host] = ports.get(flow.src_host, 0.0) + flow.size_bytes
+                        dst = workload.num_hosts + flow.dst_host
+                        ports[dst] = ports.get(dst, 0.0) + flow.size_bytes
+                sync_s = max(ports.values(), default=0.0) / rate
+                longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
+            total += longest
+    return total / stages
+
+
+def neighbours(order: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every order one insertion or one swap away (without repeats)."""
+    found: dict[tuple[int, ...], None] = {}
+    n = len(order)
+    for i in range(n):
+        rest = order[:i] + order[i + 1 :]
+        for j in range(n):
+            if j != i:
+                found[(*rest[:j], order[i], *rest[j:])] = None
+    for i, j in itertools.combinations(range(n), 2):
+        swapped = list(order)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        found[tuple(swapped)] = None
+    found.pop(order, None)
+    return list(found)
+
+
+def search(
+    evaluate: Callable[[tuple[int, ...]], float],
+    ids: Sequence[int],
+    starts: Sequence[tuple[int, ...]],
+    *,
+    max_evals: int,
+    max_exhaustive: int,
+    seed: int,
+) -> tuple[tuple[int, ...], str]:
+    """The best order found and how (``exhaustive`` or ``local``); ``evaluate`` is cached."""
+    if math.factorial(len(ids)) <= max_exhaustive:
+        return min(itertools.permutations(ids), key=lambda o: (evaluate(o), o)), "exhaustive"
+    rng = random.Random(seed)
+    seen: dict[tuple[int, ...], float] = {}
+
+    def cost(order: tuple[int, ...]) -> float:
+        if order not in seen:
+            seen[order] = evaluate(order)
+        return seen[order]
+
+    queue = list(dict.fromkeys(starts))
+    best = min(queue, key=cost)
+    while len(seen) < max_evals:
+        if queue:
+            current = queue.pop(0)
+        else:
+            shuffled = list(ids)
+            rng.shuffle(shuffled)
+            current = tuple(shuffled)
+        current_cost = cost(current)
+        improved = True
+        while improved and len(seen) < max_evals:
+            improved = False
+            candidates = neighbours(current)
+            rng.shuffle(candidates)
+            for candidate in candidates:
+                if len(seen) >= max_evals:
+                    break
+                if cost(candidate) < current_cost - 1e-12:
+                    current, current_cost, improved = candidate, cost(candidate), True
+                    break
+        if current_cost < cost(best):
+            best = current
+    return best, "local"
+
+
+def one_seed(
+    seed: int,
+    policies: Sequence[str],
+    max_evals: int,
+    max_exhaustive: int,
+    earlier: Sequence[tuple[int, ...]] = (),
+) -> dict:
+    workload = instance(seed)
+    ids = [e.experiment_id for e in workload.experiments]
+    config = SimConfig()
+
+    def run(policy: BasePolicy) -> SimResult:
+        return simulate(workload, policy, config)
+
+    cache: dict[tuple[int, ...], float] = {}
+
+    def evaluate(order: tuple[int, ...]) -> float:
+        if order not in cache:
+            cache[order] = avg_sct(run(StaticOrderPolicy(order)))
+        return cache[order]
+
+    results = {name: run(make_policy(name)) for name in policies}
+    starts = [*earlier, *(completion_order(workload, r) for r in results.values())]
+    starts.append(tuple(sorted(ids, key=lambda e: (workload.experiments[e].arrival_s, e))))
+    best, method = search(
+        evaluate,
+        ids,
+        starts,
+        max_evals=max_evals,
+        max_exhaustive=max_exhaustive,
+        seed=seed,
+    )
+    row: dict[str, Any] = {
+        "seed": seed,
+        "experiments": len(ids),
+        "stages": sum(len(e.stages) for e in workload.experiments),
+        "coflows": sum(
+            t.iterations for e in workload.experiments for s in e.stages for t in s.trials
+        ),
+        "method": method,
+        "orders_simulated": len(cache),
+        "best_order": list(best),
+        "best_static_avg_sct_s": cache[best],
+        "lower_bound_avg_sct_s": lower_bound(workload),
+    }
+    for name, result in results.items():
+        row[f"{name}_avg_sct_s"] = avg_sct(result)
+        row[f"{name}_completion_order"] = list(completion_order(workload, result))
+    print(f"seed {seed}: {row['experiments']} experiments, {method}", file=sys.stderr, flush=True)
+    return row
+
+
+def screen_seed(seed: int, policies: Sequence[str], classes: int | None) -> dict[str, float]:
+    """Average SCT of each policy and of Sincronia on the small instance (no search)."""
+    workload = instance(seed)
+    config = SimConfig(num_classes=classes)
+    return {
+        name: avg_sct(simulate(workload, make_policy(name), config))
+        for name in dict.fromkeys(("sincronia", *policies))
+    }
+
+
+def screen_summary(rows: list[dict[str, float]], policies: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in policies:
+        ratios = [r[name] / r["sincronia"] for r in rows]
+        out[name] = {
+            "over_sincronia_mean": statistics.fmean(ratios),
+            "over_sincronia_worst": max(ratios),
+            "seeds_lower": sum(1 for x in ratios if x < 1.0),
+            "seeds": len(ratios),
+        }
+    return out
+
+
+def summarize(rows: list[dict], policies: Sequence[str]) -> dict[str, Any]:
+    best = [r["best_static_avg_sct_s"] for r in rows]
+    summary: dict[str, Any] = {"seeds": len(rows)}
+    for name in policies:
+        ratios = [r[f"{name}_avg_sct_s"] / b for r, b in zip(rows, best, strict=True)]
+        summary[f"{name}_over_best_mean"] = statistics.fmean(ratios)
+        summary[f"{name}_over_best_max"] = max(ratios)
+        summary[f"{name}_seeds_within_1pct"] = sum(1 for x in ratios if x <= 1.01)
+    summary["lower_bound_over_best_mean"] = statistics.fmean(
+        r["lower_bound_avg_sct_s"] / b for r, b in zip(rows, best, strict=True)
+    )
+    sinc = [r["sincronia_avg_sct_s"] for r in rows] if "sincronia" in policies else None
+    if sinc is not None:
+        gain = sum(s - b for s, b in zip(sinc, best, strict=True))
+        summary["achievable_gain_over_sincronia_s_total"] = gain
+        summary["achievable_gain_over_sincronia_mean_pct"] = 100 * statistics.fmean(
+            (s - b) / s for s, b in zip(sinc, best, strict=True)
+        )
+        for name in policies:
+            if name == "sincronia":
+                continue
+            taken = sum(s - r[f"{name}_avg_sct_s"] for s, r in zip(sinc, rows, strict=True))
+            summary[f"{name}_share_of_gain"] = taken / gain if gain > 0 else float("nan")
+    return summary
+
+
+def markdown(rows: list[dict], policies: Sequence[str]) -> str:
+    head = ["seed", "exps", "search", "best static s", "bound s"]
+    head += [f"{name} / best" for name in policies]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        best = r["best_static_avg_sct_s"]
+        cells = [
+            str(r["seed"]),
+            str(r["experiments"]),
+            f"{r['method']} ({r['orders_simulated']})",
+            f"{best:.2f}",
+            f"{r['lower_bound_avg_sct_s']:.2f}",
+        ]
+        cells += [f"{r[f'{name}_avg_sct_s'] / best:.3f}" for name in policies]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            seeds.extend(range(int(low), int(high) + 1))
+        else:
+            seeds.append(int(part))
+    return seeds
+
+
+def main() -> None:
+    try:
+        run_main()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_status)
+
+
+def run_main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 1,4,7")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--evals", type=int, default=150, help="simulations per seed (local)")
+    parser.add_argument("--exhaustive", type=int, default=120, help="largest n! searched whole")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--markdown", action="store_true", help="print the table after the JSON")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, 40 simulations each")
+    parser.add_argument(
+        "--start-from",
+        default=None,
+        help="JSON of an earlier run: its best orders start the search (a second pass)",
+    )
+    parser.add_argument(
+        "--screen",
+        action="store_true",
+        help="no search: each policy over Sincronia only (screening policy variants)",
+    )
+    parser.add_argument("--queues", default="ideal", help="with --screen: ideal or K classes")
+    args = parser.parse_args()
+    seeds = [3, 5] if args.quick else parse_seeds(args.seeds)
+    evals = 40 if args.quick else args.evals
+    policies = tuple(args.policies.split(","))
+    for name in policies:
+        make_policy(name)
+    if args.screen:
+        classes = None if args.queues == "ideal" else int(args.queues)
+        with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+            runs = list(
+                pool.map(screen_seed, seeds, [policies] * len(seeds), [classes] * len(seeds))
+            )
+        emit({"queues": args.queues, "seeds": seeds, "screen": screen_summary(runs, policies)})
+        return
+    earlier: dict[int, list[tuple[int, ...]]] = {}
+    if args.start_from:
+        with open(args.start_from) as handle:
+            for row in json.load(handle)["seeds"]:
+                earlier.setdefault(row["seed"], []).append(tuple(row["best_order"]))
+    with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+        futures = [
+            pool.submit(one_seed, s, policies, evals, args.exhaustive, earlier.get(s, []))
+            for s in seeds
+        ]
+        rows = [f.result() for f in futures]
+    emit(
+        {
+            "instances": "12 hosts at 10 Gbit/s, 3 jobs, 1 iteration per budget unit",
+            "summary": summarize(rows, policies),
+            "seeds": rows,
+        }
+    )
+    if args.markdown:
+        print(markdown(rows, policies))
+
+
+if __name__ == "__main__":
+    main()

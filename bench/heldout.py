@@ -1,0 +1,174 @@
+"""Beamer against Sincronia per setting and seed: the tuning and the held-out tables.
+
+``python -m bench.heldout --seeds 11-30 [--policies beamer,beamer-v1] [--workers 2]``
+prints one JSON object and, with ``--markdown``, a table for docs/results.md.
+
+Settings: the default HP-tuning workload, the SHA-only and the Hyperband-only
+mixes (``bench.sweep.MIXES``), each with unlimited (ideal), 8 and 4 classes.
+For each setting and policy: the mean over seeds of the policy's average SCT
+over Sincronia's on the same seed and classes, the number of seeds where the
+policy is lower, and the mean p99 SCT over Sincronia's mean p99 SCT.
+
+A policy is a registered name, or ``beamer:key=value;...`` for a Beamer
+variant with those constructor arguments (floats, ints, true/false, words),
+as the tuning on seeds 1–10 uses; the name ``beamer`` itself is whatever
+that tuning chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from bench.common import emit
+from bench.sweep import MIXES
+from control.errors import UserError
+from control.policies import get_policy
+from control.policies.base import BasePolicy
+from control.policies.beamer import BeamerPolicy
+from sim.engine import SimConfig, simulate
+from workloads import hp_tuning
+from workloads.hp_tuning import HpTuningConfig
+
+SETTINGS: dict[str, tuple[str, int | None]] = {
+    f"{mix} {label}": (mix, classes)
+    for mix in ("default", "sha-only", "hyperband-only")
+    for label, classes in (("ideal", None), ("8q", 8), ("4q", 4))
+}
+
+
+def _value(text: str) -> object:
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def make_policy(spec: str) -> BasePolicy:
+    """A registered policy, or ``beamer:key=value;...`` for a Beamer variant."""
+    if ":" not in spec:
+        return get_policy(spec)
+    base, _, args = spec.partition(":")
+    if base != "beamer":
+        raise UserError(f"policy {spec!r}: only beamer variants take arguments, not {base!r}")
+    kwargs: dict[str, object] = {}
+    for item in args.split(";"):
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise UserError(f"policy {spec!r}: {item!r} is not key=value")
+        kwargs[name] = _value(value)
+    try:
+        return BeamerPolicy(**kwargs)  # type: ignore[arg-type]
+    except TypeError:
+        known = ", ".join(inspect.signature(BeamerPolicy).parameters)
+        raise UserError(f"policy {spec!r}: unknown beamer knob (known: {known})") from None
+
+
+def one_run(setting: str, seed: int, policies: Sequence[str]) -> dict[str, dict[str, float]]:
+    mix, classes = SETTINGS[setting]
+    workload = hp_tuning.generate(HpTuningConfig(seed=seed, jobs=MIXES[mix]))
+    out = {}
+    for spec in ("sincronia", *policies):
+        result = simulate(workload, make_policy(spec), SimConfig(num_classes=classes))
+        sct = np.array(list(result.sct_s.values()))
+        out[spec] = {
+            "avg_sct_s": float(sct.mean()),
+            "p99_sct_s": float(np.percentile(sct, 99)),
+            "wall_s": result.wall_s,
+        }
+    return out
+
+
+def summarize(runs: list[dict[str, dict[str, float]]], policies: Sequence[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "sincronia_avg_sct_s": statistics.fmean(r["sincronia"]["avg_sct_s"] for r in runs),
+        "sincronia_p99_sct_s": statistics.fmean(r["sincronia"]["p99_sct_s"] for r in runs),
+    }
+    for spec in policies:
+        ratios = [r[spec]["avg_sct_s"] / r["sincronia"]["avg_sct_s"] for r in runs]
+        entry[spec] = {
+            "avg_sct_s": statistics.fmean(r[spec]["avg_sct_s"] for r in runs),
+            "over_sincronia_mean": statistics.fmean(ratios),
+            "over_sincronia_worst": max(ratios),
+            "seeds_lower": sum(1 for x in ratios if x < 1.0),
+            "seeds": len(ratios),
+            "p99_over_sincronia": statistics.fmean(r[spec]["p99_sct_s"] for r in runs)
+            / entry["sincronia_p99_sct_s"],
+        }
+    return entry
+
+
+def markdown(report: dict[str, Any], policies: Sequence[str]) -> str:
+    head = "| setting | policy | avg SCT / sincronia | lower on | worst seed | p99 / sincronia |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    for setting, entry in report["settings"].items():
+        for spec in policies:
+            e = entry[spec]
+            lines.append(
+                f"| {setting} | {spec} | {e['over_sincronia_mean']:.3f} | "
+                f"{e['seeds_lower']} / {e['seeds']} | {e['over_sincronia_worst']:.3f} | "
+                f"{e['p99_over_sincronia']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def main() -> None:
+    try:
+        run_main()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_status)
+
+
+def run_main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", default="11-30", help="e.g. 11-30 (held out) or 1-10 (tuning)")
+    parser.add_argument("--policies", default="beamer,beamer-v1", help="comma-separated")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
+    parser.add_argument("--workers", type=int, default=2, help="at most 2")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    seeds = parse_seeds(args.seeds)
+    policies = args.policies.split(",")
+    for spec in policies:
+        make_policy(spec)
+    chosen = args.settings.split(",")
+    unknown = [s for s in chosen if s not in SETTINGS]
+    if unknown:
+        raise UserError(f"unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
+    jobs = [(s, seed) for s in chosen for seed in seeds]
+    with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+        futures = [pool.submit(one_run, s, seed, policies) for s, seed in jobs]
+        runs = [f.result() for f in futures]
+    report: dict[str, Any] = {"seeds": seeds, "policies": policies, "settings": {}, "runs": []}
+    for setting in chosen:
+        mine = [run for (s, _), run in zip(jobs, runs, strict=True) if s == setting]
+        report["settings"][setting] = summarize(mine, policies)
+    for (setting, seed), run in zip(jobs, runs, strict=True):
+        report["runs"].append({"setting": setting, "seed": seed, **run})
+    emit(report)
+    if args.markdown:
+        print(markdown(report, policies))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The offline reference of bench/bench_headroom.py: static orders, the search, the bound."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bench.bench_headroom import lower_bound, neighbours, search
+from bench.heldout import make_policy
+from control.errors import UserError
+from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
+from control.policies import get_policy
+from control.policies.base import CoflowState, Snapshot
+from control.policies.beamer import BeamerPolicy
+from control.policies.static_order import StaticOrderPolicy
+from sim.engine import simulate
+
+GBPS = 1e9
+
+
+def state(experiment: int, trial: int = 0) -> CoflowState:
+    return CoflowState(CoflowKey(experiment, 0, trial, 0), 0.0, 10.0, 0.0, {0: 10.0, 5: 10.0}, 1)
+
+
+def test_static_order_ranks_experiments_by_their_place_in_the_order() -> None:
+    snap = Snapshot(0.0, 4, (GBPS,) * 8, (state(1), state(2, 1), state(2, 0), state(3)))
+    ranking = StaticOrderPolicy([3, 2, 1]).rank(snap)
+    assert ranking.groups == (
+        (CoflowKey(3, 0, 0, 0),),
+        (CoflowKey(2, 0, 0, 0), CoflowKey(2, 0, 1, 0)),
+        (CoflowKey(1, 0, 0, 0),),
+    )
+    with pytest.raises(UserError, match="not in the static order"):
+        StaticOrderPolicy([3, 2]).rank(snap)
+    with pytest.raises(UserError, match="repeats"):
+        StaticOrderPolicy([1, 1])
+
+
+def chain(experiment_id: int, src: int, dst: int, size: int, iterations: int) -> Experiment:
+    trial = TrialStage(0, iterations, 0.5, (Flow(src, dst, size),))
+    return Experiment(experiment_id, 0.0, (Stage(0, (trial,)),))
+
+
+def test_static_order_decides_who_goes_first_in_the_simulator() -> None:
+    # Two one-flow experiments through the same uplink: the first in the order finishes
+    # at its alone time, the other waits for it (its compute overlaps, its bytes do not).
+    workload = Workload(2, 8e9, (chain(0, 0, 1, 10**9, 1), chain(1, 0, 1, 3 * 10**9, 1)))
+    small_first = simulate(workload, StaticOrderPolicy([0, 1]))
+    big_first = simulate(workload, StaticOrderPolicy([1, 0]))
+    assert small_first.experiment_completion_s[0] == pytest.approx(1.5)
+    assert small_first.experiment_completion_s[1] == pytest.approx(4.5)
+    assert big_first.experiment_completion_s[1] == pytest.approx(3.5)
+    assert big_first.experiment_completion_s[0] == pytest.approx(4.5)
+
+
+def test_lower_bound_is_exact_alone_and_below_every_schedule_together() -> None:
+    alone = Workload(2, 8e9, (chain(0, 0, 1, 10**9, 3),))
+    result = simulate(alone, get_policy("beamer"))
+    assert lower_bound(alone) == pytest.approx(3 * (0.5 + 1.0))
+    assert lower_bound(alone) == pytest.approx(result.sct_s[(0, 0)])
+    shared = Workload(2, 8e9, (chain(0, 0, 1, 10**9, 3), chain(1, 0, 1, 2 * 10**9, 2)))
+    for name in ("beamer", "sincronia", "fair"):
+        sct = np.mean(list(simulate(shared, get_policy(name)).sct_s.values()))
+        assert lower_bound(shared) < sct
+
+
+def test_neighbours_are_every_insertion_and_swap_once() -> None:
+    order = (0, 1, 2, 3)
+    found = neighbours(order)
+    assert len(found) == len(set(found))
+    assert order not in found
+    # (n-1)^2 distinct insertions plus the swaps of non-adjacent pairs.
+    assert len(found) == 9 + 3
+    assert (3, 0, 1, 2) in found and (3, 1, 2, 0) in found
+
+
+def test_search_finds_the_best_order_exhaustively_and_locally() -> None:
+    target = (4, 2, 0, 5, 1, 3)
+
+    def distance(order: tuple[int, ...]) -> float:
+        # Pairs in the wrong relative order: insertion moves alone can reach zero.
+        place = {e: i for i, e in enumerate(order)}
+        return float(sum(1 for a, b in itertools.combinations(target, 2) if place[a] > place[b]))
+
+    ids = sorted(target)
+    best, how = search(distance, ids, [tuple(ids)], max_evals=10**6, max_exhaustive=720, seed=1)
+    assert (best, how) == (target, "exhaustive")
+    best, how = search(distance, ids, [tuple(ids)], max_evals=400, max_exhaustive=1, seed=1)
+    assert (best, how) == (target, "local")
+
+
+def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
+    policy = make_policy("beamer:split_trials=true;future_weight=0.5;ordering=bottleneck")
+    assert isinstance(policy, BeamerPolicy)
+    assert (policy.split_trials, policy.future_weight, policy.ordering) == (True, 0.5, "bottleneck")
+    assert make_policy("beamer-v1").name == "beamer-v1"
+    with pytest.raises(UserError, match="unknown beamer knob"):
+        make_policy("beamer:speed=3")
+    with pytest.raises(UserError, match="not key=value"):
+        make_policy("beamer:split_trials")
+    with pytest.raises(UserError, match="only beamer variants"):
+        make_policy("sincronia:x=1")
