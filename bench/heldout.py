@@ -4,7 +4,8 @@
 prints one JSON object and, with ``--markdown``, a table for docs/results.md.
 
 Settings: the default HP-tuning workload, the SHA-only and the Hyperband-only
-mixes (``bench.sweep.MIXES``), each with unlimited (ideal), 8 and 4 classes.
+mixes (``workloads.shapes.Shape``'s ``mixed``, ``sha`` and ``hyperband``),
+each with unlimited (ideal), 8 and 4 classes.
 For each setting and policy: the mean over seeds of the policy's average SCT
 over Sincronia's on the same seed and classes, the number of seeds where the
 policy is lower, and the mean p99 SCT over Sincronia's mean p99 SCT.
@@ -28,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit
-from bench.sweep import MIXES
 from control.errors import UserError
 from control.policies import get_policy
 from control.policies.base import BasePolicy
@@ -36,6 +36,10 @@ from control.policies.beamer import BeamerPolicy
 from sim.engine import SimConfig, simulate
 from workloads import hp_tuning
 from workloads.hp_tuning import HpTuningConfig
+from workloads.shapes import Mix, Shape
+
+SHAPE_MIXES: dict[str, Mix] = {"default": "mixed", "sha-only": "sha", "hyperband-only": "hyperband"}
+"""The held-out tables' mix names and the generator shapes they stand for."""
 
 SETTINGS: dict[str, tuple[str, int | None]] = {
     f"{mix} {label}": (mix, classes)
@@ -77,7 +81,8 @@ def make_policy(spec: str) -> BasePolicy:
 
 def one_run(setting: str, seed: int, policies: Sequence[str]) -> dict[str, dict[str, float]]:
     mix, classes = SETTINGS[setting]
-    workload = hp_tuning.generate(HpTuningConfig(seed=seed, jobs=MIXES[mix]))
+    jobs = Shape(mix=SHAPE_MIXES[mix]).jobs()
+    workload = hp_tuning.generate(HpTuningConfig(seed=seed, jobs=jobs))
     out = {}
     for spec in ("sincronia", *policies):
         result = simulate(workload, make_policy(spec), SimConfig(num_classes=classes))
