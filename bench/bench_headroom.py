@@ -46,9 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import emit
+from bench.common import emit, parse_seed_ranges, run_command
 from bench.heldout import make_policy
-from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy
 from control.policies.static_order import StaticOrderPolicy
@@ -283,23 +282,8 @@ def markdown(rows: list[dict], policies: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            seeds.extend(range(int(low), int(high) + 1))
-        else:
-            seeds.append(int(part))
-    return seeds
-
-
 def main() -> None:
-    try:
-        run_main()
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_status)
+    run_command(run_main)
 
 
 def run_main() -> None:
@@ -323,7 +307,7 @@ def run_main() -> None:
     )
     parser.add_argument("--queues", default="ideal", help="with --screen: ideal or K classes")
     args = parser.parse_args()
-    seeds = [3, 5] if args.quick else parse_seeds(args.seeds)
+    seeds = [3, 5] if args.quick else parse_seed_ranges(args.seeds)
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))
     for name in policies:

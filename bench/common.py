@@ -24,3 +24,31 @@ def emit(result: dict[str, Any]) -> None:
     """Print one JSON object on stdout (the benchmarks' only output format)."""
     json.dump(result, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+def parse_seed_ranges(text: str) -> list[int]:
+    """Seeds as ``11-30`` or ``1,4,7`` (or both mixed); a malformed list is a user error."""
+    from control.errors import UserError
+
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            seeds.extend(range(int(low), int(high or low) + 1))
+        except ValueError:
+            message = f"--seeds: {part.strip()!r} is not a seed or a range LOW-HIGH"
+            raise UserError(message) from None
+    if not seeds:
+        raise UserError(f"--seeds: {text!r} names no seed")
+    return seeds
+
+
+def run_command(run_main: Callable[[], None]) -> None:
+    """Run a benchmark's ``run_main``; a user error is one line on stderr and its exit status."""
+    from control.errors import UserError
+
+    try:
+        run_main()
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_status)

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import statistics
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from bench.common import emit
+from bench.common import emit, parse_seed_ranges, run_command
 from control.errors import UserError
 from control.policies import get_policy
 from control.policies.base import BasePolicy
@@ -128,20 +127,8 @@ def markdown(report: dict[str, Any], policies: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        seeds.extend(range(int(low), int(high or low) + 1))
-    return seeds
-
-
 def main() -> None:
-    try:
-        run_main()
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_status)
+    run_command(run_main)
 
 
 def run_main() -> None:
@@ -152,7 +139,7 @@ def run_main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="at most 2")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    seeds = parse_seeds(args.seeds)
+    seeds = parse_seed_ranges(args.seeds)
     policies = args.policies.split(",")
     for spec in policies:
         make_policy(spec)
