@@ -57,18 +57,18 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--out", type=Path, default=None, help="directory for CSV files and plots")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_executor_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def add_executor_flags(parser: argparse.ArgumentParser) -> None:
+    """``--jobs``, ``--executor local|ray`` and ``--ray-address`` (shared with ``beamer sweep``)."""
     parser.add_argument(
         "--jobs",
         type=int,
         default=min(os.cpu_count() or 1, 4),
         help="runs in parallel worker processes, or a local Ray's CPUs (default: CPUs, at most 4)",
     )
-    add_executor_flags(parser)
-    parser.set_defaults(func=run)
-
-
-def add_executor_flags(parser: argparse.ArgumentParser) -> None:
-    """``--executor local|ray`` and ``--ray-address`` (shared with ``beamer sweep``)."""
     parser.add_argument(
         "--executor",
         default="local",

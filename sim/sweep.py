@@ -56,12 +56,6 @@ def register(subparsers: Any) -> None:
         help="discard the runs already in OUT/runs.jsonl instead of resuming",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=min(os.cpu_count() or 1, 4),
-        help="runs in parallel worker processes, or a local Ray's CPUs (default: CPUs, at most 4)",
-    )
     from sim.cli import add_executor_flags
 
     add_executor_flags(parser)
