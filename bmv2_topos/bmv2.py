@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 from control.errors import UserError
+from softswitch.ports import SO_SNDBUFFORCE
 
 SIMPLE_SWITCH_GRPC = "simple_switch_grpc"
 PRIORITY_QUEUES = 8
@@ -247,7 +248,7 @@ def widen_send_buffers(pid: int, send_buffer_bytes: int) -> int:
             borrowed = socket.socket(fileno=fd)
             try:
                 if borrowed.family == socket.AF_PACKET:
-                    borrowed.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, send_buffer_bytes)
+                    borrowed.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, send_buffer_bytes)
                     widened += 1
             finally:
                 borrowed.close()
@@ -257,6 +258,5 @@ def widen_send_buffers(pid: int, send_buffer_bytes: int) -> int:
 
 
 _SYS_PIDFD_GETFD = 438
-_SO_SNDBUFFORCE = 32
 JUMBO_FRAME_TRUESIZE_BYTES = 20_000
 """Kernel memory one 9000-byte frame holds while queued (payload, slab rounding, skb)."""
