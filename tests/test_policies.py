@@ -246,3 +246,5 @@ def test_beamer_coflow_tail_orders_the_experiments_behind_per_coflow() -> None:
         BeamerPolicy(coflow_tail=0).rank(state).groups == get_policy("sincronia").rank(state).groups
     )
     assert BeamerPolicy(coflow_tail=2).rank(state).groups == ((b0,), (a0, a1))
+    assert get_policy("beamer-tail").name == "beamer-tail"
+    assert get_policy("beamer-tail").rank(state).groups == ((b0,), (a0, a1))
