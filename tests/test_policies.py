@@ -232,3 +232,19 @@ def test_beamer_compute_weight_counts_the_compute_left() -> None:
     assert BeamerPolicy().rank(state).order() == [b.key, a.key]
     # One second of compute left is 1.25e8 byte-equivalents at 1 Gbit/s: B becomes the big one.
     assert BeamerPolicy(compute_weight=1.0).rank(state).order() == [a.key, b.key]
+
+
+def test_beamer_coflow_tail_orders_the_experiments_behind_per_coflow() -> None:
+    state, a0, a1, b0 = two_experiments()
+    # Beamer: B, then A with its critical trial (a0: 1 unit left against a1's 0.5) first.
+    assert BeamerPolicy().rank(state).groups == ((b0,), (a0, a1))
+    # B keeps the first group; behind it, A's coflows go by per-coflow BSSI: a0 alone loads
+    # port 0 (1 unit) more than a1 loads port 2 (0.5), so a0 goes last and a1 first.
+    assert BeamerPolicy(coflow_tail=1).rank(state).groups == ((b0,), (a1,), (a0,))
+    # With no experiment group kept it is Sincronia's order; with two, nothing changes.
+    assert (
+        BeamerPolicy(coflow_tail=0).rank(state).groups == get_policy("sincronia").rank(state).groups
+    )
+    assert BeamerPolicy(coflow_tail=2).rank(state).groups == ((b0,), (a0, a1))
+    assert get_policy("beamer-tail").name == "beamer-tail"
+    assert get_policy("beamer-tail").rank(state).groups == ((b0,), (a0, a1))

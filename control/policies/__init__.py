@@ -11,7 +11,12 @@ from collections.abc import Callable
 from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
-from control.policies.beamer import BeamerPolicy, BeamerStagePolicy, BeamerV1Policy
+from control.policies.beamer import (
+    BeamerPolicy,
+    BeamerStagePolicy,
+    BeamerTailPolicy,
+    BeamerV1Policy,
+)
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
@@ -22,6 +27,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer": BeamerPolicy,
     "beamer-v1": BeamerV1Policy,
     "beamer-stage": BeamerStagePolicy,
+    "beamer-tail": BeamerTailPolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,
