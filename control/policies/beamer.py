@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
+from numba import njit
 
 from control.model import CoflowKey, Experiment, TrialStage
 from control.policies.base import (
@@ -34,6 +35,28 @@ from control.policies.base import (
 from control.policies.bssi import bssi_order
 
 Ordering = Literal["bssi", "bottleneck"]
+
+
+@dataclass(frozen=True, slots=True)
+class _StagePlan:
+    """A stage's trials in plan order: ids, iterations, bytes per port and in all of one
+    iteration, and each trial id's position."""
+
+    trial_ids: list[int]
+    iterations: list[int]
+    per_iteration: np.ndarray
+    sync_bytes: list[int]
+    index: dict[int, int]
+
+
+@njit(cache=True, nogil=True)
+def _add_iterations(vector: np.ndarray, left: np.ndarray, per_iteration: np.ndarray) -> None:
+    """``vector += left[t] * per_iteration[t]`` for each trial t with iterations left, in
+    order, element by element: the same roundings as the numpy statement trial by trial."""
+    for t in range(left.shape[0]):
+        if left[t] > 0:
+            for p in range(vector.shape[0]):
+                vector[p] += left[t] * per_iteration[t, p]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +128,7 @@ class BeamerPolicy(BasePolicy):
         self._per_iteration: dict[tuple[int, int, int], np.ndarray] = {}
         self._sync_bytes: dict[tuple[int, int, int], int] = {}
         self._future: dict[tuple[int, int], np.ndarray] = {}
-        self._stage_plan: dict[tuple[int, int], list[tuple[int, int, np.ndarray, int]]] = {}
+        self._stage_plan: dict[tuple[int, int], _StagePlan] = {}
         self._unit_cache: dict[tuple[int, ...], _UnitDemand] = {}
 
     # -- demand vectors --
@@ -151,25 +174,28 @@ class BeamerPolicy(BasePolicy):
 
     def _stage_trials(
         self, experiment: Experiment, stage_index: int, num_hosts: int, ports: int
-    ) -> list[tuple[int, int, np.ndarray, int]]:
-        """Each trial of a stage as (trial id, iterations, bytes per port and bytes of one
-        iteration), in plan order (cached: plans are fixed)."""
+    ) -> _StagePlan:
+        """A stage's trials in plan order, with each iteration's bytes (cached: plans are fixed)."""
         key = (experiment.experiment_id, stage_index)
         plan = self._stage_plan.get(key)
         if plan is None:
             stage = experiment.stages[stage_index]
-            plan = [
-                (
-                    trial.trial_id,
-                    trial.iterations,
-                    self._iteration_vector(
-                        experiment.experiment_id, stage.stage_id, trial, num_hosts, ports
-                    ),
-                    self._trial_sync_bytes(experiment.experiment_id, stage.stage_id, trial),
+            vectors = [
+                self._iteration_vector(
+                    experiment.experiment_id, stage.stage_id, trial, num_hosts, ports
                 )
                 for trial in stage.trials
             ]
-            self._stage_plan[key] = plan
+            plan = self._stage_plan[key] = _StagePlan(
+                trial_ids=[trial.trial_id for trial in stage.trials],
+                iterations=[trial.iterations for trial in stage.trials],
+                per_iteration=np.vstack(vectors) if vectors else np.zeros((0, ports)),
+                sync_bytes=[
+                    self._trial_sync_bytes(experiment.experiment_id, stage.stage_id, trial)
+                    for trial in stage.trials
+                ],
+                index={trial.trial_id: i for i, trial in enumerate(stage.trials)},
+            )
         return plan
 
     def _unit_of(self, key: CoflowKey) -> tuple[int, ...]:
@@ -200,17 +226,16 @@ class BeamerPolicy(BasePolicy):
             return vector, trial_bytes
         experiment = state.experiment
         done_by_trial = state.iterations_done
-        for trial_id, iterations, per_iteration, sync_bytes in self._stage_trials(
-            experiment, state.stage_index, snapshot.num_hosts, ports
-        ):
-            left = (
-                iterations
-                - done_by_trial.get(trial_id, 0)
-                - (1 if trial_id in active_trials else 0)
-            )
-            if left > 0:
-                vector += left * per_iteration
-                trial_bytes[trial_id] += left * sync_bytes
+        plan = self._stage_trials(experiment, state.stage_index, snapshot.num_hosts, ports)
+        left = [
+            iterations - done_by_trial.get(trial_id, 0) - (1 if trial_id in active_trials else 0)
+            for trial_id, iterations in zip(plan.trial_ids, plan.iterations, strict=True)
+        ]
+        _add_iterations(vector, np.array(left, dtype=float), plan.per_iteration)
+        for trial_id in active_trials:
+            index = plan.index.get(trial_id)
+            if index is not None and left[index] > 0:
+                trial_bytes[trial_id] += left[index] * plan.sync_bytes[index]
         if self.future_stages:
             vector += self.future_weight * self._future_vector(
                 experiment, state.stage_index, snapshot.num_hosts, ports
