@@ -17,14 +17,17 @@ forgetting the future stages.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
+from numba import njit
 
 from control.model import CoflowKey, Experiment, TrialStage
 from control.policies.base import (
     BasePolicy,
     CoflowState,
+    ExperimentState,
     PortVector,
     Ranking,
     Snapshot,
@@ -33,6 +36,54 @@ from control.policies.base import (
 from control.policies.bssi import bssi_order
 
 Ordering = Literal["bssi", "bottleneck"]
+
+
+@dataclass(frozen=True, slots=True)
+class _StagePlan:
+    """A stage's trials in plan order: ids, iterations, bytes per port and in all of one
+    iteration, and each trial id's position."""
+
+    trial_ids: list[int]
+    iterations: list[int]
+    per_iteration: np.ndarray
+    sync_bytes: list[int]
+    index: dict[int, int]
+
+
+@njit(cache=True, nogil=True)
+def _add_iterations(vector: np.ndarray, left: np.ndarray, per_iteration: np.ndarray) -> None:
+    """``vector += left[t] * per_iteration[t]`` for each trial t with iterations left, in
+    order, element by element: the same roundings as the numpy statement trial by trial."""
+    for t in range(left.shape[0]):
+        if left[t] > 0:
+            for p in range(vector.shape[0]):
+                vector[p] += left[t] * per_iteration[t, p]
+
+
+@dataclass(frozen=True, slots=True)
+class _UnitDemand:
+    """A unit's demand as last computed, and the states it was computed from."""
+
+    coflows: tuple[CoflowState, ...]
+    state: ExperimentState | None
+    inputs: tuple[int, int, bool, float]
+    """Hosts, ports, ``future_stages`` and ``future_weight`` at the time."""
+    vector: np.ndarray
+    critical_first: tuple[CoflowKey, ...]
+
+    def holds_for(
+        self,
+        coflows: list[CoflowState],
+        state: ExperimentState | None,
+        inputs: tuple[int, int, bool, float],
+    ) -> bool:
+        """Whether the snapshot hands over the very same state objects (and knobs)."""
+        return (
+            self.state is state
+            and self.inputs == inputs
+            and len(self.coflows) == len(coflows)
+            and all(old is new for old, new in zip(self.coflows, coflows, strict=True))
+        )
 
 
 class BeamerPolicy(BasePolicy):
@@ -82,6 +133,8 @@ class BeamerPolicy(BasePolicy):
         self._per_iteration: dict[tuple[int, int, int], np.ndarray] = {}
         self._sync_bytes: dict[tuple[int, int, int], int] = {}
         self._future: dict[tuple[int, int], np.ndarray] = {}
+        self._stage_plan: dict[tuple[int, int], _StagePlan] = {}
+        self._unit_cache: dict[tuple[int, ...], _UnitDemand] = {}
 
     # -- demand vectors --
 
@@ -124,6 +177,32 @@ class BeamerPolicy(BasePolicy):
             self._future[key] = vector
         return vector
 
+    def _stage_trials(
+        self, experiment: Experiment, stage_index: int, num_hosts: int, ports: int
+    ) -> _StagePlan:
+        """A stage's trials in plan order, with each iteration's bytes (cached: plans are fixed)."""
+        key = (experiment.experiment_id, stage_index)
+        plan = self._stage_plan.get(key)
+        if plan is None:
+            stage = experiment.stages[stage_index]
+            vectors = [
+                self._iteration_vector(
+                    experiment.experiment_id, stage.stage_id, trial, num_hosts, ports
+                )
+                for trial in stage.trials
+            ]
+            plan = self._stage_plan[key] = _StagePlan(
+                trial_ids=[trial.trial_id for trial in stage.trials],
+                iterations=[trial.iterations for trial in stage.trials],
+                per_iteration=np.vstack(vectors) if vectors else np.zeros((0, ports)),
+                sync_bytes=[
+                    self._trial_sync_bytes(experiment.experiment_id, stage.stage_id, trial)
+                    for trial in stage.trials
+                ],
+                index={trial.trial_id: i for i, trial in enumerate(stage.trials)},
+            )
+        return plan
+
     def _unit_of(self, key: CoflowKey) -> tuple[int, ...]:
         return (key.experiment_id,)
 
@@ -151,18 +230,17 @@ class BeamerPolicy(BasePolicy):
         if state is None:
             return vector, trial_bytes
         experiment = state.experiment
-        stage = experiment.stages[state.stage_index]
-        for trial in stage.trials:
-            done = state.iterations_done.get(trial.trial_id, 0)
-            left = trial.iterations - done - (1 if trial.trial_id in active_trials else 0)
-            if left > 0:
-                per_iteration = self._iteration_vector(
-                    experiment.experiment_id, stage.stage_id, trial, snapshot.num_hosts, ports
-                )
-                vector += left * per_iteration
-                trial_bytes[trial.trial_id] += left * self._trial_sync_bytes(
-                    experiment.experiment_id, stage.stage_id, trial
-                )
+        done_by_trial = state.iterations_done
+        plan = self._stage_trials(experiment, state.stage_index, snapshot.num_hosts, ports)
+        left = [
+            iterations - done_by_trial.get(trial_id, 0) - (1 if trial_id in active_trials else 0)
+            for trial_id, iterations in zip(plan.trial_ids, plan.iterations, strict=True)
+        ]
+        _add_iterations(vector, np.array(left, dtype=float), plan.per_iteration)
+        for trial_id in active_trials:
+            index = plan.index.get(trial_id)
+            if index is not None and left[index] > 0:
+                trial_bytes[trial_id] += left[index] * plan.sync_bytes[index]
         if self.future_stages:
             vector += self.future_weight * self._future_vector(
                 experiment, state.stage_index, snapshot.num_hosts, ports
@@ -194,13 +272,34 @@ class BeamerPolicy(BasePolicy):
         if not units:
             return Ranking(())
         demands = []
-        trial_bytes = []
+        critical = []
         weights = []
+        # A unit whose coflow and experiment states are the very objects of the last
+        # ranking (the simulator and the controller rebuild a state only when it changes)
+        # keeps its demand; a subclass with its own _demand recomputes every time.
+        reuse = type(self)._demand is BeamerPolicy._demand
+        inputs = (
+            snapshot.num_hosts,
+            len(snapshot.port_capacity_bps),
+            self.future_stages,
+            self.future_weight,
+        )
+        previous = self._unit_cache
+        current: dict[tuple[int, ...], _UnitDemand] = {}
         for unit in units:
-            vector, by_trial = self._demand(unit, members[unit], snapshot)
-            demands.append(vector)
-            trial_bytes.append(by_trial)
+            coflows = members[unit]
             state = snapshot.experiments.get(unit[0])
+            entry = previous.get(unit)
+            if entry is None or not reuse or not entry.holds_for(coflows, state, inputs):
+                vector, by_trial = self._demand(unit, coflows, snapshot)
+                # Inside a unit the critical trial (most remaining bytes) comes first.
+                ordered = sorted(coflows, key=lambda c: (-by_trial[c.key.trial_id], c.key))
+                entry = _UnitDemand(
+                    tuple(coflows), state, inputs, vector, tuple(c.key for c in ordered)
+                )
+            current[unit] = entry
+            demands.append(entry.vector)
+            critical.append(entry.critical_first)
             weight = state.experiment.weight if state is not None else 1.0
             if self.aging_s is not None and state is not None:
                 # An experiment's weight grows with the time it has spent in the system.
@@ -210,6 +309,7 @@ class BeamerPolicy(BasePolicy):
                 stages_left = len(state.experiment.stages) - state.stage_index
                 weight *= stages_left**self.stage_exponent
             weights.append(weight)
+        self._unit_cache = current
         demand = np.vstack(demands)
         if self.compute_weight:
             # One more "port": the compute still on the experiment's critical path.
@@ -231,21 +331,18 @@ class BeamerPolicy(BasePolicy):
             load_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
         head_s = -1.0
         for index in order:
-            by_trial = trial_bytes[index]
-            critical_first = sorted(
-                members[units[index]], key=lambda c: (-by_trial[c.key.trial_id], c.key)
-            )
+            critical_first = critical[index]
             if self.split_trials:
-                groups.extend((c.key,) for c in critical_first)
+                groups.extend((key,) for key in critical_first)
             elif (
                 self.merge_ratio is not None
                 and groups
                 and head_s / self.merge_ratio <= load_s[index] <= self.merge_ratio * head_s
             ):
                 # Nearly equal remaining demand: share the class with the group's head.
-                groups[-1] = groups[-1] + tuple(c.key for c in critical_first)
+                groups[-1] = groups[-1] + critical_first
             else:
-                groups.append(tuple(c.key for c in critical_first))
+                groups.append(critical_first)
                 head_s = float(load_s[index])
         if self.coflow_tail is not None and len(groups) > self.coflow_tail:
             # Behind the first experiments, one group per coflow in per-coflow BSSI order.
