@@ -182,6 +182,8 @@ class EmulatedNetwork:
             self._start_switches()
             if self.policy is not None:
                 self._start_controller()
+                if self.target == "bmv2":
+                    self._probe_data_path()
         except BaseException:
             self.close()
             raise
@@ -446,6 +448,29 @@ class EmulatedNetwork:
                         file=sys.stderr,
                     )
 
+    def _probe_data_path(self, timeout_s: float = 10.0) -> None:
+        """Wait until every host reaches the first host through the fabric and back.
+
+        A frame lost while BMv2 settles after its pipeline is pushed costs the
+        connection it belonged to a whole second (TCP's initial retransmission
+        timeout for a SYN); a run starts only once each host's connect attempt to
+        the first host comes back (refused: nothing listens on the probe port).
+        """
+        if not self.topology.hosts:
+            return
+        first, *others = self.topology.hosts
+        deadline = time.monotonic() + timeout_s
+        for host in others:
+            probe = functools.partial(_reaches, str(first.ip), PROBE_PORT)
+            while not netns.run_in_netns(self.host_namespace(host.name), probe):
+                if time.monotonic() > deadline:
+                    print(
+                        f"note: {host.name} does not reach {first.name} through the fabric "
+                        f"after {timeout_s:g} s; the run starts anyway",
+                        file=sys.stderr,
+                    )
+                    return
+
     def _set_bmv2_queue_depth(self, switch: str, thrift_port: int) -> None:
         """Give BMv2's egress queues the run's depth (its default is 64 packets)."""
         depth = self.queue_depth_packets or DEFAULT_QUEUE_DEPTH_PACKETS
@@ -564,3 +589,19 @@ def _provisioning_problem(status: dict[str, Any]) -> str | None:
 def emulated_network(topology: Topology, **options: Any) -> Iterator[EmulatedNetwork]:
     with EmulatedNetwork(topology, **options) as network:
         yield network
+
+
+PROBE_PORT = 9
+"""The discard port: nothing listens on it in a host namespace, so a working path
+answers a connect attempt with a reset."""
+
+
+def _reaches(address: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether a TCP connect attempt to ``address`` is answered (accepted or refused)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False

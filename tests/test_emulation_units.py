@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -224,3 +225,14 @@ def test_stages_csv_sets_each_stage_against_the_simulators_sct(tmp_path: Path) -
     assert (second["sim_sct_s"], second["emu_over_sim"]) == ("2.0000", "0.5000")
     assert run.predicted_avg_sct_s == 2.0
     assert run.emu_over_sim == 1.0
+
+
+def test_the_data_path_probe_counts_a_refusal_as_an_answer() -> None:
+    from bmv2_topos.launcher import _reaches
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert _reaches("127.0.0.1", port)  # accepted
+    assert _reaches("127.0.0.1", port)  # refused: nothing listens any more
