@@ -38,6 +38,7 @@ from control.files import read_text
 from control.model import CoflowKey
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import get_policy
+from control.policies import warm_up as warm_up_policies
 from control.policies.base import Policy, Ranking
 from control.topology import load_topology
 
@@ -185,6 +186,7 @@ def run_controller(args: argparse.Namespace) -> int:
     if "bmv2" in targets:
         artifacts["bmv2"] = bmv2_artifacts(args.bmv2_json, args.p4info)
     policy, assign = load_policy(args.policy, args.queues, args.quantize)
+    warm_up_policies()
     config = ControllerConfig(
         topology=topology,
         artifacts=artifacts,

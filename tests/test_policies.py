@@ -319,3 +319,14 @@ def test_beamer_coflow_tail_orders_the_experiments_behind_per_coflow() -> None:
     assert BeamerPolicy(coflow_tail=2).rank(state).groups == ((b0,), (a0, a1))
     assert get_policy("beamer-tail").name == "beamer-tail"
     assert get_policy("beamer-tail").rank(state).groups == ((b0,), (a0, a1))
+
+
+def test_warm_up_compiles_the_kernels_a_controller_ranks_with() -> None:
+    # A controller calls this before it serves: in a fresh install the first compile
+    # took over a second and delayed its first reaction past a run's first coflow.
+    from control.policies import warm_up
+    from control.policies.beamer import add_iterations
+    from control.policies.bssi import _bssi_steps
+
+    warm_up()
+    assert _bssi_steps.signatures and add_iterations.signatures

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
@@ -16,7 +18,9 @@ from control.policies.beamer import (
     BeamerStagePolicy,
     BeamerTailPolicy,
     BeamerV1Policy,
+    add_iterations,
 )
+from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
@@ -43,3 +47,13 @@ def get_policy(name: str) -> BasePolicy:
     if factory is None:
         raise UserError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     return factory()
+
+
+def warm_up() -> None:
+    """Compile the policies' numba kernels now, or load them from numba's on-disk cache.
+
+    In a fresh install the first call compiles them, which takes about a second: a
+    controller warms up before it serves, so its first reaction is not that late.
+    """
+    bssi_order(np.array([[1.0, 2.0], [2.0, 1.0]]), np.ones(2))
+    add_iterations(np.zeros(2), np.ones(1), np.ones((1, 2)))

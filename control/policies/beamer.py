@@ -51,7 +51,7 @@ class _StagePlan:
 
 
 @njit(cache=True, nogil=True)
-def _add_iterations(vector: np.ndarray, left: np.ndarray, per_iteration: np.ndarray) -> None:
+def add_iterations(vector: np.ndarray, left: np.ndarray, per_iteration: np.ndarray) -> None:
     """``vector += left[t] * per_iteration[t]`` for each trial t with iterations left, in
     order, element by element: the same roundings as the numpy statement trial by trial."""
     for t in range(left.shape[0]):
@@ -236,7 +236,7 @@ class BeamerPolicy(BasePolicy):
             iterations - done_by_trial.get(trial_id, 0) - (1 if trial_id in active_trials else 0)
             for trial_id, iterations in zip(plan.trial_ids, plan.iterations, strict=True)
         ]
-        _add_iterations(vector, np.array(left, dtype=float), plan.per_iteration)
+        add_iterations(vector, np.array(left, dtype=float), plan.per_iteration)
         for trial_id in active_trials:
             index = plan.index.get(trial_id)
             if index is not None and left[index] > 0:
