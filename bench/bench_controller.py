@@ -40,7 +40,7 @@ from typing import Any
 from google.protobuf.internal import api_implementation
 from p4.v1 import p4runtime_pb2
 
-from bench.common import emit
+from bench.common import emit, stop_child
 from control.controller import Controller, ControllerConfig
 from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
@@ -168,13 +168,7 @@ def switch_process() -> Iterator[str]:
             raise RuntimeError("the switch process did not start")
         yield address
     finally:
-        if child.stdin is not None:
-            child.stdin.close()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        stop_child(child, 10)
 
 
 def fill(url: str, plans: list[dict[str, Any]], clients: int = 10) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit
+from bench.common import emit, stop_child
 
 HALF_SENT = (
     b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -186,13 +186,7 @@ def main() -> None:
             }
         )
     finally:
-        if child.stdin is not None:
-            child.stdin.close()
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        stop_child(child, 20)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -52,3 +53,14 @@ def run_command(run_main: Callable[[], None]) -> None:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(error.exit_status)
+
+
+def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
+    """End a child that stops when its standard input closes; kill it if it does not."""
+    if child.stdin is not None:
+        child.stdin.close()
+    try:
+        child.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
