@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "softswitch.switch_cli",
     "control.controller_cli",
     "bmv2_topos.cli",
+    "tuner.cli",
 )
 
 

@@ -1,0 +1,140 @@
+"""``beamer tune``: Ray Tune's HyperBand, end to end over the emulated P4 switch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from control.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
+
+
+def register(subparsers: Any) -> None:
+    tune = subparsers.add_parser(
+        "tune",
+        help="run a Ray Tune HyperBand search whose trials train over the emulated switch",
+        description="For each policy and seed: builds the emulated network (root needed), "
+        "starts the controller with the policy, and runs a HyperBand search of Ray Tune whose "
+        "trials train a small model data-parallel, with every gradient all-reduce crossing the "
+        "switch as Beamer-tagged TCP. Prints the stage completion times, the simulator's "
+        "prediction and the tuner's best configuration.",
+    )
+    tune.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
+    tune.add_argument(
+        "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
+    )
+    tune.add_argument(
+        "--policy",
+        "--policies",
+        dest="policies",
+        default="beamer",
+        help="comma-separated policies, e.g. beamer,fair,sincronia (default beamer)",
+    )
+    seeds = tune.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, help="one seed")
+    seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
+    tune.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    tune.add_argument("--trials", type=int, default=10, help="trials of the search (default 10)")
+    tune.add_argument(
+        "--max-t", type=int, default=4, help="HyperBand's max_t in iterations (default 4)"
+    )
+    tune.add_argument(
+        "--eta", type=float, default=2.0, help="HyperBand's reduction factor (default 2)"
+    )
+    tune.add_argument("--workers", type=int, default=2, help="data-parallel workers per trial")
+    tune.add_argument("--sync", choices=("ring", "ps"), default="ring", help="all-reduce pattern")
+    tune.add_argument(
+        "--scheduler",
+        choices=("hyperband", "asha"),
+        default="hyperband",
+        help="Ray Tune scheduler (ASHA has no stages and is refused, see docs/tune.md)",
+    )
+    tune.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
+    tune.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
+    tune.add_argument("--json", action="store_true", help="print one JSON object")
+    tune.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+    tune.set_defaults(func=run_tune)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise UserError(f"{option}: no value given")
+    return values
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from bmv2_topos import netns
+    from bmv2_topos.report import table, write_outputs
+    from control.policies import get_policy
+    from control.topology import load_topology
+    from tuner.run import TuneOptions, run_searches, summary_json, tuner_table
+
+    seeds = (args.seed,) if args.seed is not None else _ints(args.seeds or "1", "--seeds")
+    policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    if not policies:
+        raise UserError("--policy: no policy given")
+    for policy in policies:
+        try:
+            get_policy(policy)
+        except UserError as error:
+            raise UserError(f"--policy: {error}") from None
+    if not 1 <= args.queues <= 8:
+        raise UserError(f"--queues: {args.queues} is out of range 1..8")
+    if not 2 <= args.trials <= 64:
+        raise UserError(f"--trials: {args.trials} is out of range 2..64")
+    if not 1 <= args.max_t <= 100:
+        raise UserError(f"--max-t: {args.max_t} is out of range 1..100")
+    if not (math.isfinite(args.eta) and 1.5 <= args.eta <= 10):
+        raise UserError(f"--eta: {args.eta} is out of range 1.5..10")
+    if args.scheduler == "asha":
+        from tuner.scheduler import refuse_asha
+
+        refuse_asha()
+    if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
+        raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
+    topology = load_topology(args.topo)
+    needed = args.workers + (1 if args.sync == "ps" else 0)
+    if not 2 <= args.workers or needed > len(topology.hosts):
+        raise UserError(
+            f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
+            f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"
+        )
+    netns.require_root()
+    options = TuneOptions(
+        topology=topology,
+        policies=policies,
+        seeds=seeds,
+        queues=args.queues,
+        trials=args.trials,
+        max_t=args.max_t,
+        reduction_factor=args.eta,
+        workers=args.workers,
+        pattern=args.sync,
+        target=args.target,
+        bmv2_json=args.bmv2_json,
+        p4info=args.p4info,
+    )
+    report = run_searches(options)
+    if args.out is not None:
+        for path in write_outputs(report.emulation, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+        for path in report.write_tuner_outputs(args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        json.dump(summary_json(report), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(table(report.emulation))
+        print()
+        print(tuner_table(report))
+    return 0

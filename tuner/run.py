@@ -1,0 +1,371 @@
+"""``beamer tune`` runs: one Ray Tune HyperBand search per policy and seed, each on a
+fresh emulated network, measured as Beamer stages.
+
+Each run builds the network of :class:`bmv2_topos.launcher.EmulatedNetwork`
+(namespaces, switches, the controller with the run's policy), starts the
+search with :func:`tuner.scheduler.beamer_hyperband` and the trainable of
+:mod:`tuner.trainable`, and takes the stage completion times the driver
+measured (a rung's release to the last result of its last trial). The
+search space is sampled with the seed, so every policy of a seed tunes the
+same configurations; training is deterministic given a configuration, so
+the promotions are the same too and the policies are compared on the same
+stages. Ray is started once for all runs, on loopback, and removed at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bmv2_topos.agent import StageRecord
+from bmv2_topos.emulate import (
+    EmulationReport,
+    RunKey,
+    RunResult,
+    alone_times,
+    predicted_scts_s,
+    topology_link_bps,
+)
+from bmv2_topos.launcher import DEFAULT_QUEUE_DEPTH_PACKETS, EmulatedNetwork, TargetName
+from control.errors import UserError
+from control.model import Experiment, Workload
+from control.topology import Topology
+from tuner.contract import HostEndpoint, Pattern, TuneNetwork
+
+METRIC = "validation_loss"
+MODE = "min"
+RUN_TIMEOUT_S = 900.0
+"""A search that has not ended by then is stuck (e.g. a switch that stopped forwarding)."""
+TRIAL_CPUS = 0.1
+"""Ray resources per trial: every trial of every bracket runs at once (a trial mostly
+waits on its all-reduce), as a cluster with a GPU per trial would run them."""
+RAY_CPUS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TuneOptions:
+    topology: Topology
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    queues: int = 8
+    trials: int = 10
+    max_t: int = 4
+    reduction_factor: float = 2.0
+    workers: int = 2
+    pattern: Pattern = "ring"
+    target: TargetName = "embedded"
+    bmv2_json: Path | None = None
+    p4info: Path | None = None
+    queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOutcome:
+    """What the tuner decided in one run."""
+
+    key: RunKey
+    best_config: dict[str, Any]
+    best_metric: float
+    best_accuracy: float | None
+    trials: int
+    promotions: int
+    stages_unfinished: int
+
+
+@dataclass
+class TuneReport:
+    emulation: EmulationReport = field(default_factory=EmulationReport)
+    searches: list[SearchOutcome] = field(default_factory=list)
+
+    def write_tuner_outputs(self, directory: Path) -> list[Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "tuner.csv"
+        with path.open("w", newline="", encoding="utf-8") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(
+                [
+                    "policy",
+                    "seed",
+                    "trials",
+                    "promotions",
+                    METRIC,
+                    "validation_accuracy",
+                    "best_config",
+                ]
+            )
+            for search in self.searches:
+                writer.writerow(
+                    [
+                        search.key.policy,
+                        search.key.seed,
+                        search.trials,
+                        search.promotions,
+                        f"{search.best_metric:.6f}",
+                        "" if search.best_accuracy is None else f"{search.best_accuracy:.4f}",
+                        _config_text(search.best_config),
+                    ]
+                )
+        return [path]
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_searches(options: TuneOptions, progress: Progress = _stderr) -> TuneReport:
+    """Every policy × seed, each on a fresh network, with one private Ray instance."""
+    from sim.executors import start_local_ray, stop_local_ray
+
+    # Training threads: one per worker is the parallelism a trial has; numpy's BLAS
+    # pools on top would fight the software switch for the machine's cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # No TensorBoard/CSV/JSON result loggers: the run reports what it measured itself.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    report = TuneReport()
+    progress("tune: starting a private Ray instance")
+    start_local_ray(num_cpus=RAY_CPUS)
+    try:
+        compute_s = estimate_compute_s(options)
+        for seed in options.seeds:
+            for policy in options.policies:
+                progress(f"tune: policy {policy}, seed {seed}: starting")
+                result, outcome = run_search(options, policy, seed, compute_s)
+                progress(
+                    f"tune: policy {policy}, seed {seed}: {len(result.stages)} stages, "
+                    f"average SCT {result.avg_sct_s:.2f} s ({result.wall_s:.1f} s wall); "
+                    f"best {METRIC} {outcome.best_metric:.4f}"
+                )
+                report.emulation.runs.append(result)
+                report.searches.append(outcome)
+    finally:
+        stop_local_ray()
+    return report
+
+
+def estimate_compute_s(options: TuneOptions) -> float:
+    """One iteration's computation for the plan, measured here (median of 5)."""
+    from tuner.training import DataParallelTraining, TrainingConfig
+
+    training = DataParallelTraining(TrainingConfig(), options.workers)
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        training.compute()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def run_search(
+    options: TuneOptions, policy: str, seed: int, compute_s: float
+) -> tuple[RunResult, SearchOutcome]:
+    """One HyperBand search on a fresh network with the controller running ``policy``."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from tuner.scheduler import beamer_hyperband
+    from tuner.trainable import beamer_trainable, model_bytes, search_space
+
+    topology = options.topology
+    started = time.monotonic()
+    with (
+        EmulatedNetwork(
+            topology,
+            policy=policy,
+            target=options.target,
+            queues=options.queues,
+            queue_depth_packets=options.queue_depth_packets,
+            bmv2_json=options.bmv2_json,
+            p4info=options.p4info,
+        ) as network,
+        tempfile.TemporaryDirectory(prefix="beamer-tune-") as storage,
+    ):
+        tune_network = TuneNetwork(
+            hosts={
+                host.name: HostEndpoint(network.host_namespace(host.name), str(host.ip))
+                for host in topology.hosts
+            },
+            assignments_dir=str(network.run_dir / "assignments"),
+            events_socket=str(network.events_socket),
+            pattern=options.pattern,
+            workers=options.workers,
+        )
+        scheduler, callback = beamer_hyperband(
+            controller=str(network.events_socket),
+            max_t=options.max_t,
+            num_samples=options.trials,
+            hosts=[host.name for host in topology.hosts],
+            gradient_bytes=model_bytes(tune_network),
+            compute_s=compute_s,
+            assignments_dir=tune_network.assignments_dir,
+            reduction_factor=options.reduction_factor,
+            workers=options.workers,
+            pattern=options.pattern,
+            seed=seed,
+            metric=METRIC,
+            mode=MODE,
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        failure: list[BaseException] = []
+
+        def stop_all() -> bool:
+            try:
+                network.check_processes(controller_required=True)
+            except BaseException as error:  # reported after fit() returns
+                failure.append(error)
+                return True
+            return time.monotonic() > deadline
+
+        tuner = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(beamer_trainable, network=tune_network),
+                {"cpu": TRIAL_CPUS},
+            ),
+            param_space=search_space(),
+            tune_config=tune.TuneConfig(
+                metric=METRIC,
+                mode=MODE,
+                scheduler=scheduler,
+                num_samples=options.trials,
+                search_alg=BasicVariantGenerator(random_state=seed),
+            ),
+            run_config=tune.RunConfig(
+                name=f"beamer-{policy.replace(':', '_')}-{seed}",
+                storage_path=storage,
+                callbacks=[callback],
+                stop=_Watchdog(stop_all),
+                verbose=0,
+            ),
+        )
+        try:
+            grid = tuner.fit()
+        finally:
+            callback.close()
+        if failure:
+            raise failure[0]
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"tune: the search of {policy} (seed {seed}) did not end in {RUN_TIMEOUT_S:g} s"
+            )
+        errors = [result.error for result in grid if result.error is not None]
+        if errors:
+            raise UserError(f"tune: {len(errors)} trial(s) failed; the first: {errors[0]}")
+        best = grid.get_best_result(metric=METRIC, mode=MODE, scope="all")
+        timings = callback.stage_timings()
+        promotions = callback.promotions()
+        controller_lost = network.controller_exited()
+    origin = min(timing.released_s for timing in timings)
+    stages = [
+        StageRecord(
+            t.experiment_id, t.stage_id, t.released_s - origin, t.completed_s - origin
+        )
+        for t in timings
+        if t.completed_s is not None
+    ]
+    workload = _executed_workload(callback.experiments(), timings, origin, topology)
+    result = RunResult(
+        key=RunKey(policy, seed),
+        stages=stages,
+        alone_s=alone_times(workload),
+        wall_s=time.monotonic() - started,
+        predicted_sct_s=predicted_scts_s(workload, policy, options.queues),
+        coflows=sum(
+            t.ran * t.iterations for t in timings if t.completed_s is not None
+        ),
+        controller_lost=controller_lost,
+    )
+    metrics = best.metrics or {}
+    outcome = SearchOutcome(
+        key=RunKey(policy, seed),
+        best_config={k: v for k, v in (best.config or {}).items()},
+        best_metric=float(metrics.get(METRIC, float("nan"))),
+        best_accuracy=(
+            float(metrics["validation_accuracy"]) if "validation_accuracy" in metrics else None
+        ),
+        trials=len(grid),
+        promotions=len(promotions),
+        stages_unfinished=sum(t.completed_s is None for t in timings),
+    )
+    return result, outcome
+
+
+class _Watchdog:
+    """A Ray Tune stopper that ends the whole search when ``stop_all()`` says so."""
+
+    def __init__(self, stop_all: Callable[[], bool]) -> None:
+        self._stop_all = stop_all
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self._stop_all()
+
+
+def _executed_workload(
+    experiments: list[Experiment], timings: list[Any], origin: float, topology: Topology
+) -> Workload:
+    """The brackets as they ran, released when their first rung was, for the simulator."""
+    first_release = {
+        t.experiment_id: t.released_s - origin for t in timings if t.stage_id == 0
+    }
+    ran = [
+        replace(experiment, arrival_s=first_release[experiment.experiment_id])
+        for experiment in experiments
+        if experiment.experiment_id in first_release
+    ]
+    return Workload(
+        experiments=tuple(ran),
+        num_hosts=len(topology.hosts),
+        link_bps=topology_link_bps(topology),
+    )
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return " ".join(
+        f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+        for name, value in sorted(config.items())
+    )
+
+
+def tuner_table(report: TuneReport) -> str:
+    """The tuner's decisions per run: its best configuration and metric."""
+    header = f"{'policy':<12} {'seed':>4} {'trials':>6} {'promoted':>8} {'best loss':>10}  best config"
+    lines = [header, "-" * len(header)]
+    for search in report.searches:
+        lines.append(
+            f"{search.key.policy:<12} {search.key.seed:>4} {search.trials:>6} "
+            f"{search.promotions:>8} {search.best_metric:>10.4f}  {_config_text(search.best_config)}"
+        )
+    return "\n".join(lines)
+
+
+def summary_json(report: TuneReport) -> dict[str, Any]:
+    from bmv2_topos.report import summary
+
+    result: dict[str, Any] = {"stages": summary(report.emulation), "tuner": []}
+    for search in report.searches:
+        result["tuner"].append(
+            {
+                "policy": search.key.policy,
+                "seed": search.key.seed,
+                "trials": search.trials,
+                "promotions": search.promotions,
+                METRIC: search.best_metric,
+                "validation_accuracy": search.best_accuracy,
+                "best_config": search.best_config,
+            }
+        )
+    return result
