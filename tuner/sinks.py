@@ -47,7 +47,7 @@ class EventSink(Protocol):
     def close(self) -> None: ...
 
 
-class _EventMethods:
+class SinkBase:
     """The event methods over one :meth:`send`."""
 
     def send(self, event: Event) -> None:
@@ -87,14 +87,14 @@ class _EventMethods:
         return None
 
 
-class NullSink(_EventMethods):
+class NullSink(SinkBase):
     """No controller: events go nowhere (coflow ids are still the controller's tags)."""
 
     def send(self, event: Event) -> None:
         return None
 
 
-class JsonlSink(_EventMethods):
+class JsonlSink(SinkBase):
     """Appends each event, in the controller's JSON form, as one line of a file.
 
     Several processes may share the file (the driver and its trainables): each
