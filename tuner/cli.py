@@ -97,14 +97,16 @@ def run_tune(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.eta) and 1.5 <= args.eta <= 10):
         raise UserError(f"--eta: {args.eta} is out of range 1.5..10")
     if args.scheduler == "asha":
-        from tuner.scheduler import refuse_asha
+        from ray.tune.schedulers import AsyncHyperBandScheduler
 
-        refuse_asha()
+        from tuner.scheduler import require_stages
+
+        require_stages(AsyncHyperBandScheduler())
     if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
         raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     topology = load_topology(args.topo)
     needed = args.workers + (1 if args.sync == "ps" else 0)
-    if not 2 <= args.workers or needed > len(topology.hosts):
+    if args.workers < 2 or needed > len(topology.hosts):
         raise UserError(
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
             f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import (
@@ -39,6 +39,10 @@ from control.errors import UserError
 from control.model import Experiment, Workload
 from control.topology import Topology
 from tuner.contract import HostEndpoint, Pattern, TuneNetwork
+from tuner.sampler import StatusSampler, SwitchSamples
+
+if TYPE_CHECKING:
+    from tuner.run_hooks import IterationRecord
 
 METRIC = "validation_loss"
 MODE = "min"
@@ -78,6 +82,21 @@ class SearchOutcome:
     trials: int
     promotions: int
     stages_unfinished: int
+    iterations: tuple[IterationRecord, ...] = ()
+    origin_s: float = 0.0
+    switch: SwitchSamples = field(default_factory=SwitchSamples)
+    """What the switches held while the search ran (the controller's status, sampled)."""
+    """``time.monotonic()`` of the first stage's release: time zero of the run's CSV files."""
+
+    @property
+    def mean_compute_s(self) -> float | None:
+        values = [record.compute_s for record in self.iterations]
+        return statistics.fmean(values) if values else None
+
+    @property
+    def mean_allreduce_s(self) -> float | None:
+        values = [record.allreduce_s for record in self.iterations]
+        return statistics.fmean(values) if values else None
 
 
 @dataclass
@@ -113,7 +132,42 @@ class TuneReport:
                         _config_text(search.best_config),
                     ]
                 )
-        return [path]
+        iterations = directory / "iterations.csv"
+        with iterations.open("w", newline="", encoding="utf-8") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(
+                [
+                    "policy",
+                    "seed",
+                    "ray_trial_id",
+                    "experiment_id",
+                    "stage_id",
+                    "slot",
+                    "training_iteration",
+                    "compute_s",
+                    "allreduce_s",
+                    "sync_bytes",
+                    "reported_s",
+                ]
+            )
+            for search in self.searches:
+                for record in search.iterations:
+                    writer.writerow(
+                        [
+                            search.key.policy,
+                            search.key.seed,
+                            record.ray_trial_id,
+                            record.experiment_id,
+                            record.stage_id,
+                            record.slot,
+                            record.iteration,
+                            f"{record.compute_s:.6f}",
+                            f"{record.allreduce_s:.6f}",
+                            record.sync_bytes,
+                            f"{record.reported_s - search.origin_s:.4f}",
+                        ]
+                    )
+        return [path, iterations]
 
 
 Progress = Callable[[str], None]
@@ -131,8 +185,6 @@ def run_searches(options: TuneOptions, progress: Progress = _stderr) -> TuneRepo
     # pools on top would fight the software switch for the machine's cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # No TensorBoard/CSV/JSON result loggers: the run reports what it measured itself.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     report = TuneReport()
     progress("tune: starting a private Ray instance")
@@ -175,10 +227,12 @@ def run_search(
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    from tuner.run_hooks import IterationLog, Watchdog, warm_workers
     from tuner.scheduler import beamer_hyperband
     from tuner.trainable import beamer_trainable, model_bytes, search_space
 
     topology = options.topology
+    warm_workers(options.trials, TRIAL_CPUS)
     started = time.monotonic()
     with (
         EmulatedNetwork(
@@ -217,6 +271,7 @@ def run_search(
             metric=METRIC,
             mode=MODE,
         )
+        iteration_log = IterationLog()
         deadline = time.monotonic() + RUN_TIMEOUT_S
         failure: list[BaseException] = []
 
@@ -235,55 +290,52 @@ def run_search(
             ),
             param_space=search_space(),
             tune_config=tune.TuneConfig(
-                metric=METRIC,
-                mode=MODE,
                 scheduler=scheduler,
                 num_samples=options.trials,
                 search_alg=BasicVariantGenerator(random_state=seed),
+                reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 name=f"beamer-{policy.replace(':', '_')}-{seed}",
                 storage_path=storage,
-                callbacks=[callback],
-                stop=_Watchdog(stop_all),
+                callbacks=[callback, iteration_log],
+                stop=Watchdog(stop_all),
                 verbose=0,
             ),
         )
-        try:
-            grid = tuner.fit()
-        finally:
-            callback.close()
+        with StatusSampler(str(network.events_socket)) as sampler:
+            try:
+                grid = tuner.fit()
+            finally:
+                callback.close()
         if failure:
             raise failure[0]
         if time.monotonic() > deadline:
             raise UserError(
                 f"tune: the search of {policy} (seed {seed}) did not end in {RUN_TIMEOUT_S:g} s"
             )
-        errors = [result.error for result in grid if result.error is not None]
-        if errors:
-            raise UserError(f"tune: {len(errors)} trial(s) failed; the first: {errors[0]}")
+        if grid.errors:
+            raise UserError(
+                f"tune: {len(grid.errors)} trial(s) failed; the first: {grid.errors[0]}"
+            )
         best = grid.get_best_result(metric=METRIC, mode=MODE, scope="all")
         timings = callback.stage_timings()
         promotions = callback.promotions()
         controller_lost = network.controller_exited()
     origin = min(timing.released_s for timing in timings)
     stages = [
-        StageRecord(
-            t.experiment_id, t.stage_id, t.released_s - origin, t.completed_s - origin
-        )
+        StageRecord(t.experiment_id, t.stage_id, t.released_s - origin, t.completed_s - origin)
         for t in timings
         if t.completed_s is not None
     ]
-    workload = _executed_workload(callback.experiments(), timings, origin, topology)
+    workload = _executed_workload(callback.driver.experiments(), timings, origin, topology)
     result = RunResult(
         key=RunKey(policy, seed),
         stages=stages,
         alone_s=alone_times(workload),
         wall_s=time.monotonic() - started,
         predicted_sct_s=predicted_scts_s(workload, policy, options.queues),
-        coflows=sum(
-            t.ran * t.iterations for t in timings if t.completed_s is not None
-        ),
+        coflows=sum(t.ran * t.iterations for t in timings if t.completed_s is not None),
         controller_lost=controller_lost,
     )
     metrics = best.metrics or {}
@@ -297,30 +349,18 @@ def run_search(
         trials=len(grid),
         promotions=len(promotions),
         stages_unfinished=sum(t.completed_s is None for t in timings),
+        iterations=tuple(iteration_log.records),
+        origin_s=origin,
+        switch=sampler.result,
     )
     return result, outcome
-
-
-class _Watchdog:
-    """A Ray Tune stopper that ends the whole search when ``stop_all()`` says so."""
-
-    def __init__(self, stop_all: Callable[[], bool]) -> None:
-        self._stop_all = stop_all
-
-    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
-        return False
-
-    def stop_all(self) -> bool:
-        return self._stop_all()
 
 
 def _executed_workload(
     experiments: list[Experiment], timings: list[Any], origin: float, topology: Topology
 ) -> Workload:
     """The brackets as they ran, released when their first rung was, for the simulator."""
-    first_release = {
-        t.experiment_id: t.released_s - origin for t in timings if t.stage_id == 0
-    }
+    first_release = {t.experiment_id: t.released_s - origin for t in timings if t.stage_id == 0}
     ran = [
         replace(experiment, arrival_s=first_release[experiment.experiment_id])
         for experiment in experiments
@@ -333,6 +373,10 @@ def _executed_workload(
     )
 
 
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _config_text(config: Mapping[str, Any]) -> str:
     return " ".join(
         f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
@@ -342,12 +386,18 @@ def _config_text(config: Mapping[str, Any]) -> str:
 
 def tuner_table(report: TuneReport) -> str:
     """The tuner's decisions per run: its best configuration and metric."""
-    header = f"{'policy':<12} {'seed':>4} {'trials':>6} {'promoted':>8} {'best loss':>10}  best config"
+    header = (
+        f"{'policy':<12} {'seed':>4} {'trials':>6} {'promoted':>8} {'classes':>7} "
+        f"{'compute s':>9} {'allreduce s':>11} {'best loss':>10}  best config"
+    )
     lines = [header, "-" * len(header)]
     for search in report.searches:
         lines.append(
             f"{search.key.policy:<12} {search.key.seed:>4} {search.trials:>6} "
-            f"{search.promotions:>8} {search.best_metric:>10.4f}  {_config_text(search.best_config)}"
+            f"{search.promotions:>8} {len(search.switch.classes):>7} "
+            f"{_fmt(search.mean_compute_s):>9} "
+            f"{_fmt(search.mean_allreduce_s):>11} {search.best_metric:>10.4f}  "
+            f"{_config_text(search.best_config)}"
         )
     return "\n".join(lines)
 
@@ -366,6 +416,9 @@ def summary_json(report: TuneReport) -> dict[str, Any]:
                 METRIC: search.best_metric,
                 "validation_accuracy": search.best_accuracy,
                 "best_config": search.best_config,
+                "events_applied": search.switch.events_applied,
+                "max_class_entries": search.switch.max_entries,
+                "classes_used": sorted(search.switch.classes),
             }
         )
     return result

@@ -1,0 +1,126 @@
+"""``beamer tune`` from the command line: refusals, and one minimal search end to end.
+
+The end-to-end run (root) trains 4 trials of Ray Tune's HyperBand (max_t 2,
+eta 2: two brackets, three stages) on the single-switch topology with the
+controller running Beamer, and checks what the issue asks: every stage of
+the plan was reported and completed, the switch was given classes for them,
+the tuner promoted trials, and nothing of the run is left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bmv2_topos import netns, state
+
+REPO = Path(__file__).resolve().parents[1]
+BEAMER = [sys.executable, "-m", "control.cli"]
+
+
+def _beamer(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BEAMER, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials", "1"], "--trials: 1 is out of range 2..64"),
+        (["--eta", "nan"], "--eta: nan is out of range"),
+        (["--queues", "9"], "--queues: 9 is out of range 1..8"),
+        (["--policy", "nosuch"], "--policy: unknown policy 'nosuch'"),
+        (["--workers", "9"], "--workers: 9 workers (ring) need 9 hosts"),
+        (["--scheduler", "asha"], "AsyncHyperBandScheduler (ASHA) promotes each trial"),
+    ],
+)
+def test_bad_options_are_refused_with_one_line(args: list[str], message: str) -> None:
+    result = _beamer("tune", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the refusal without root")
+def test_without_root_it_says_so() -> None:
+    result = _beamer("tune")
+    assert result.returncode == 2
+    assert "root" in result.stderr
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    from tuner.plan import hyperband_plan
+
+    namespaces_before = set(netns.list_namespaces())
+    ray_dirs_before = set(Path(tempfile.gettempdir()).glob("beamer-ray-*"))
+    out = tmp_path / "out"
+    result = _beamer(
+        "tune",
+        "--policy",
+        "beamer",
+        "--seed",
+        "1",
+        "--trials",
+        "4",
+        "--max-t",
+        "2",
+        "--eta",
+        "2",
+        "--json",
+        "--out",
+        str(out),
+        timeout_s=150,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+
+    plan = hyperband_plan(4, 2, 2)
+    expected = {
+        (bracket.index + 1, rung) for bracket in plan.brackets for rung in range(len(bracket.rungs))
+    }
+    assert len(expected) == 3
+    with (out / "stages.csv").open(encoding="utf-8") as stream:
+        stages = list(csv.DictReader(stream))
+    assert {(int(row["experiment_id"]), int(row["stage_id"])) for row in stages} == expected
+    assert all(float(row["sct_s"]) > 0 for row in stages)
+    assert summary["stages"]["beamer"]["stages"] == len(expected)
+
+    (search,) = summary["tuner"]
+    promoted = sum(rung.trials for bracket in plan.brackets for rung in bracket.rungs[1:])
+    assert search["promotions"] == promoted
+    assert search["trials"] == 4
+    # The switch was given a class per running stage or coflow (two brackets at once:
+    # at least two distinct classes under Beamer), and the controller took every event.
+    assert search["max_class_entries"] >= 1
+    assert len(search["classes_used"]) >= 2
+    assert search["events_applied"] > 0
+    assert 0 < search["validation_accuracy"] <= 1
+
+    with (out / "iterations.csv").open(encoding="utf-8") as stream:
+        iterations = list(csv.DictReader(stream))
+    total = sum(
+        rung.trials * bracket.iterations(k)
+        for bracket in plan.brackets
+        for k, rung in enumerate(bracket.rungs)
+    )
+    assert len(iterations) == total
+    assert all(int(row["sync_bytes"]) > 0 for row in iterations)
+
+    # Nothing left: namespaces, tagged processes, Ray's private directory.
+    assert set(netns.list_namespaces()) - namespaces_before == set()
+    assert [p for p in state.tagged_processes() if not p.owner_alive()] == []
+    assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) - ray_dirs_before == set()
