@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sim.executors import start_local_ray, stop_local_ray
 from tuner.contract import (
     HostEndpoint,
     TrialAssignment,
@@ -17,7 +18,6 @@ from tuner.contract import (
 )
 from tuner.trainable import beamer_trainable, run_trial
 
-ray = pytest.importorskip("ray")
 tune = pytest.importorskip("ray.tune")
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_a_failed_trial_resumes_from_its_stage_checkpoint_under_ray(tmp_path: Pa
                 TrialAssignment(1, 1, 0, ("h3", "h4"), 2, 2),
             )
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=1)  # private, on loopback, its own directory
     try:
         results = tune.Tuner(
             tune.with_parameters(beamer_trainable, network=network, assignment_timeout_s=20.0),
@@ -81,7 +81,7 @@ def test_a_failed_trial_resumes_from_its_stage_checkpoint_under_ray(tmp_path: Pa
             ),
         ).fit()
     finally:
-        ray.shutdown()
+        stop_local_ray()
     result = results[0]
     assert result.error is None
     assert len(recovered) == 1  # it did fail once, and went on from its checkpoint
