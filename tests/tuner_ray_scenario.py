@@ -63,8 +63,10 @@ def main(directory: Path) -> dict[str, Any]:
             stage = TrialAssignment(1, 1, 0, ("h3", "h4"), 2, 2)
             write_assignment(net.assignments_dir, trial.trial_id, stage)
 
-    start_local_ray(num_cpus=1)  # private, on loopback, its own directory
     try:
+        # private, on loopback, in a directory of its own that stop_local_ray removes
+        # (also when the start fails half-way)
+        start_local_ray(num_cpus=1)
         results = tune.Tuner(
             tune.with_parameters(beamer_trainable, network=net, assignment_timeout_s=20.0),
             param_space=CONFIG,
