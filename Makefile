@@ -13,7 +13,7 @@ endif
 P4DEPS := $(wildcard $(dir $(abspath $(P4TOOLS)))install-deps)
 TARGET ?= embedded
 
-.PHONY: install system-deps p4-deps test lint run run-bmv2 simulate sweep bench build clean distclean
+.PHONY: install system-deps p4-deps test lint run run-bmv2 simulate sweep tune bench build clean distclean
 
 # Debian tools the emulation needs (namespaces, offload switches); only when root and missing.
 system-deps:
@@ -72,6 +72,11 @@ simulate: install
 # The README's sweep table (resumes an interrupted sweep; see docs/sweep.md).
 sweep: install
 	$(BEAMER) sweep sweeps/readme.yaml --out out/sweep/readme
+
+# The README's tuner table: Ray Tune's HyperBand trains over the emulated switch (root).
+tune: install
+	$(BEAMER) tune --topo bmv2_topos/single_switch.json --policy beamer,fair,sincronia \
+		--seeds 1,2,3 --out out/tune
 
 bench: install
 	$(PY) -m bench

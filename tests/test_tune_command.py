@@ -34,7 +34,7 @@ def _beamer(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[st
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--trials", "1"], "--trials: 1 is out of range 2..64"),
+        (["--trials", "1"], "--trials: 1 is out of range 2..32"),
         (["--eta", "nan"], "--eta: nan is out of range"),
         (["--queues", "9"], "--queues: 9 is out of range 1..8"),
         (["--policy", "nosuch"], "--policy: unknown policy 'nosuch'"),

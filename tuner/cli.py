@@ -11,6 +11,9 @@ from typing import Any
 
 from control.errors import UserError
 
+MAX_TRIALS = 32
+"""Every trial of the search runs at once on the machine (see tuner.run.trial_cpus)."""
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
 
@@ -90,8 +93,8 @@ def run_tune(args: argparse.Namespace) -> int:
             raise UserError(f"--policy: {error}") from None
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
-    if not 2 <= args.trials <= 64:
-        raise UserError(f"--trials: {args.trials} is out of range 2..64")
+    if not 2 <= args.trials <= MAX_TRIALS:
+        raise UserError(f"--trials: {args.trials} is out of range 2..{MAX_TRIALS}")
     if not 1 <= args.max_t <= 100:
         raise UserError(f"--max-t: {args.max_t} is out of range 1..100")
     if not (math.isfinite(args.eta) and 1.5 <= args.eta <= 10):

@@ -110,6 +110,8 @@ class _Bracket:
     stages: list[_Stage] = field(default_factory=list)
     lost_before_start: set[int] = field(default_factory=set)
     """Rung-0 positions whose trial ended before the bracket was released."""
+    waiting: dict[int, str] = field(default_factory=dict)
+    """Gang start: rung-0 positions whose trial has started, waiting for the others."""
 
     @property
     def rung(self) -> int:
@@ -137,6 +139,7 @@ class TuneDriver:
         assignments_dir: str | Path | None,
         seed: int,
         first_experiment_id: int = 1,
+        gang_start: bool = False,
     ) -> None:
         last_id = first_experiment_id + len(plan.brackets) - 1
         if first_experiment_id < 0 or last_id > ID16_MAX:
@@ -144,6 +147,10 @@ class TuneDriver:
                 f"experiment ids {first_experiment_id}..{last_id} outside 0..{ID16_MAX}"
             )
         self.plan = plan
+        self.gang_start = gang_start
+        """Release the brackets when every trial of the search runs, not each at its
+        first trial: stages then measure the network and the training, not the tuner's
+        pace of starting trials. Needs room for all trials at once."""
         self.sink = sink
         self.hosts = tuple(hosts)
         self.pattern = pattern
@@ -208,7 +215,12 @@ class TuneDriver:
             if trial is None or trial.ended:
                 return
             if trial.rung < 0:
-                self._enter(ray_trial_id, trial, 0)
+                bracket = self._brackets[trial.bracket]
+                if self.gang_start and not bracket.released:
+                    bracket.waiting[trial.position] = ray_trial_id
+                    self._start_gang(bracket)
+                else:
+                    self._enter(ray_trial_id, trial, 0)
             elif trial.reached:
                 self._enter(ray_trial_id, trial, trial.rung + 1)
 
@@ -238,6 +250,9 @@ class TuneDriver:
                 trial.ended = True
                 if not bracket.released:
                     bracket.lost_before_start.add(trial.position)
+                    bracket.waiting.pop(trial.position, None)
+                    if self.gang_start:
+                        self._start_gang(bracket)
                 elif bracket.rung == 0 and not bracket.finished:
                     self._fill_unused(bracket, [trial.position])
                     self._maybe_complete(bracket)
@@ -365,6 +380,18 @@ class TuneDriver:
                     iterations=bracket.plan.iterations(rung),
                 ),
             )
+
+    def _start_gang(self, bracket: _Bracket) -> None:
+        """Release every bracket once every trial of the plan has started (or ended)."""
+        del bracket
+        unreleased = [b for b in self._brackets if not b.released]
+        if any(len(b.waiting) + len(b.lost_before_start) < b.plan.trials for b in unreleased):
+            return
+        for waiting_bracket in unreleased:
+            waiting = sorted(waiting_bracket.waiting.items())
+            waiting_bracket.waiting.clear()
+            for _, ray_trial_id in waiting:
+                self._enter(ray_trial_id, self._trials[ray_trial_id], 0)
 
     def _release(self, bracket: _Bracket, rung: int) -> None:
         self.sink.stage_released(bracket.experiment.experiment_id, rung)

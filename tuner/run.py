@@ -48,10 +48,15 @@ METRIC = "validation_loss"
 MODE = "min"
 RUN_TIMEOUT_S = 900.0
 """A search that has not ended by then is stuck (e.g. a switch that stopped forwarding)."""
-TRIAL_CPUS = 0.1
-"""Ray resources per trial: every trial of every bracket runs at once (a trial mostly
-waits on its all-reduce), as a cluster with a GPU per trial would run them."""
 RAY_CPUS = 2
+ASSIGNMENT_TIMEOUT_S = 300.0
+"""How long a started trial waits for the others before the search begins."""
+
+
+def trial_cpus(trials: int) -> float:
+    """Ray resources per trial: every trial of every bracket fits at once (a trial
+    mostly waits on its all-reduce), as on a cluster with a GPU per trial."""
+    return round(RAY_CPUS / trials, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +191,8 @@ def run_searches(options: TuneOptions, progress: Progress = _stderr) -> TuneRepo
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Every trial is created at once (Ray Tune holds back pending trials past 16).
+    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(options.trials, 16))
     report = TuneReport()
     progress("tune: starting a private Ray instance")
     start_local_ray(num_cpus=RAY_CPUS)
@@ -232,7 +239,7 @@ def run_search(
     from tuner.trainable import beamer_trainable, model_bytes, search_space
 
     topology = options.topology
-    warm_workers(options.trials, TRIAL_CPUS)
+    warm_workers(options.trials, trial_cpus(options.trials))
     started = time.monotonic()
     with (
         EmulatedNetwork(
@@ -270,6 +277,7 @@ def run_search(
             seed=seed,
             metric=METRIC,
             mode=MODE,
+            gang_start=True,
         )
         iteration_log = IterationLog()
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -285,15 +293,18 @@ def run_search(
 
         tuner = tune.Tuner(
             tune.with_resources(
-                tune.with_parameters(beamer_trainable, network=tune_network),
-                {"cpu": TRIAL_CPUS},
+                tune.with_parameters(
+                    beamer_trainable,
+                    network=tune_network,
+                    assignment_timeout_s=ASSIGNMENT_TIMEOUT_S,
+                ),
+                {"cpu": trial_cpus(options.trials)},
             ),
             param_space=search_space(),
             tune_config=tune.TuneConfig(
                 scheduler=scheduler,
                 num_samples=options.trials,
                 search_alg=BasicVariantGenerator(random_state=seed),
-                reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 name=f"beamer-{policy.replace(':', '_')}-{seed}",

@@ -124,6 +124,7 @@ def beamer_hyperband(
     stop_last_trials: bool = True,
     first_experiment_id: int = 1,
     scheduler: str = "hyperband",
+    gang_start: bool = False,
 ) -> tuple[BeamerHyperBandScheduler, BeamerCallback]:
     """Ray Tune's HyperBand with Beamer: pass the scheduler as
     ``TuneConfig(scheduler=..., num_samples=num_samples)`` and the callback in
@@ -132,6 +133,9 @@ def beamer_hyperband(
     ``controller``: ``"HOST:PORT"`` or the Unix socket of ``beamer controller``, an
     object with the event methods, or ``None`` (no controller). ``hosts``: the
     topology's host names in topology order. ``scheduler="asha"`` is refused.
+    ``gang_start``: release the brackets only when every trial of the search has
+    started (stage times then leave out the tuner's pace of starting trials); only
+    when the cluster can run all trials at once.
     """
     from tuner.callback import BeamerCallback
 
@@ -151,5 +155,6 @@ def beamer_hyperband(
         assignments_dir=assignments_dir,
         seed=seed,
         first_experiment_id=first_experiment_id,
+        gang_start=gang_start,
     )
     return BeamerHyperBandScheduler(driver, metric=metric, mode=mode), BeamerCallback(driver)
