@@ -139,6 +139,13 @@ def test_a_clean_run_ends_every_experiment(tmp_path: Path) -> None:
         ("t4", 2, 1),
     ]
     assert sorted(p.slot for p in promoted) == [0, 1]
+    rows = [t.as_row() for t in script.callback.stage_timings()]
+    assert [(r["experiment_id"], r["stage_id"], r["trials"], r["iterations"]) for r in rows] == [
+        (1, 0, 3, 4),
+        (2, 0, 3, 2),
+        (2, 1, 2, 2),
+    ]
+    assert all(r["sct_s"] == r["completed_s"] - r["released_s"] > 0 for r in rows)
 
 
 def test_a_trial_failing_inside_a_rung_is_stopped_and_the_rung_completes(

@@ -68,6 +68,10 @@ class StageTiming:
         """Stage completion time: release to completion."""
         return None if self.completed_s is None else self.completed_s - self.released_s
 
+    def as_row(self) -> dict[str, Any]:
+        """The fields and ``sct_s``, for a table or a CSV row."""
+        return {**{name: getattr(self, name) for name in self.__slots__}, "sct_s": self.sct_s}
+
 
 @dataclass(frozen=True, slots=True)
 class Promotion:
