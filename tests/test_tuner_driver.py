@@ -11,6 +11,7 @@ controller's schedule state, and checks the promotions.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import defaultdict
@@ -78,11 +79,22 @@ class TinyTrainable(tune.Trainable):  # type: ignore[misc]
 
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
-    start_local_ray(2)
-    # The workers cannot import this test module: ship the trainable by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    stop_local_ray()
+    # Ray keeps the authentication mode of an earlier instance in this process (a
+    # test before may have joined a cluster without tokens): no tokens on both
+    # sides of this private loopback instance, whatever ran before.
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    try:
+        start_local_ray(2)
+        # The workers cannot import this test module: ship the trainable by value.
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        yield
+    finally:
+        stop_local_ray()
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
 
 
 def _run(
