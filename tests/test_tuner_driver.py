@@ -11,7 +11,6 @@ controller's schedule state, and checks the promotions.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import defaultdict
@@ -79,11 +78,11 @@ class TinyTrainable(tune.Trainable):  # type: ignore[misc]
 
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
-    # Ray keeps the authentication mode of an earlier instance in this process (a
-    # test before may have joined a cluster without tokens): no tokens on both
-    # sides of this private loopback instance, whatever ran before.
-    saved = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # An earlier Ray instance in this process (another test's) leaves its
+    # authentication mode and token cached; start from what the environment says.
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()
     try:
         start_local_ray(2)
         # The workers cannot import this test module: ship the trainable by value.
@@ -91,10 +90,6 @@ def local_ray() -> Any:
         yield
     finally:
         stop_local_ray()
-        if saved is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = saved
 
 
 def _run(
