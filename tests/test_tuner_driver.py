@@ -78,11 +78,18 @@ class TinyTrainable(tune.Trainable):  # type: ignore[misc]
 
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
-    start_local_ray(2)
-    # The workers cannot import this test module: ship the trainable by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    stop_local_ray()
+    # An earlier Ray instance in this process (another test's) leaves its
+    # authentication mode and token cached; start from what the environment says.
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()
+    try:
+        start_local_ray(2)
+        # The workers cannot import this test module: ship the trainable by value.
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        yield
+    finally:
+        stop_local_ray()
 
 
 def _run(

@@ -85,9 +85,15 @@ class Script:
             trial.set_status(Trial.TERMINATED)
             self.scheduler.on_trial_remove(self, trial)  # type: ignore[arg-type]
 
-    def run(self, fail: dict[str, int] | None = None, steps: int | None = None) -> None:
+    def run(
+        self,
+        fail: dict[str, int] | None = None,
+        steps: int | None = None,
+        drop_promoted: frozenset[str] = frozenset(),
+    ) -> None:
         """``fail``: trial -> iteration during whose coflow it errors; ``steps``: stop the
-        whole run (as Ctrl-C would) after that many iterations."""
+        whole run (as Ctrl-C would) after that many iterations; ``drop_promoted``: trials
+        stopped from outside right after Ray promoted them, before they resume."""
         fail = fail or {}
         count = 0
         while (trial := self.scheduler.choose_trial_to_run(self)) is not None:  # type: ignore[arg-type]
@@ -109,6 +115,12 @@ class Script:
                 count += 1
                 result = {"training_iteration": self.done[tid], "score": self.q[tid]}
                 action = self.scheduler.on_trial_result(self, trial, result)  # type: ignore[arg-type]
+                trial.update_last_result(result)
+                for other in self.trials:
+                    # Peek at Ray's bookkeeping (tests only): promoted and paused.
+                    bracket = self.scheduler._trial_info[other][0]
+                    if other.trial_id in drop_promoted and other in bracket.trials_to_unpause:
+                        self.stop_trial(other)
                 if action == TrialScheduler.PAUSE:
                     trial.set_status(Trial.PAUSED)
                     break
@@ -139,6 +151,13 @@ def test_a_clean_run_ends_every_experiment(tmp_path: Path) -> None:
         ("t4", 2, 1),
     ]
     assert sorted(p.slot for p in promoted) == [0, 1]
+    rows = [t.as_row() for t in script.callback.stage_timings()]
+    assert [(r["experiment_id"], r["stage_id"], r["trials"], r["iterations"]) for r in rows] == [
+        (1, 0, 3, 4),
+        (2, 0, 3, 2),
+        (2, 1, 2, 2),
+    ]
+    assert all(r["sct_s"] == r["completed_s"] - r["released_s"] > 0 for r in rows)
 
 
 def test_a_trial_failing_inside_a_rung_is_stopped_and_the_rung_completes(
@@ -236,3 +255,17 @@ def test_more_trials_than_planned_are_refused(tmp_path: Path) -> None:
     scheduler.on_trial_add(None, Trial("__fake", stub=True, trial_id="a"))
     with pytest.raises(UserError, match="num_samples=1"):
         scheduler.on_trial_add(None, Trial("__fake", stub=True, trial_id="b"))
+
+
+def test_a_promoted_trial_stopped_before_it_resumes_leaves_its_slot(tmp_path: Path) -> None:
+    script = Script(tmp_path, QS)
+    script.run(drop_promoted=frozenset({"t3"}))  # t3 and t4 promoted; t3 stopped paused
+    sink = script.sink
+    assert [p.ray_trial_id for p in script.callback.promotions()] == ["t4"]
+    slot = script.scheduler.driver.placement("t4")
+    assert slot is not None and slot[:2] == (2, 1)
+    # The other slot of stage 1 is started and stopped; the stage completes with t4.
+    other = (2, 1, 1 - slot[2])
+    assert sink.of_type("trial_stopped") == [other]
+    assert sorted(sink.of_type("stage_completed")) == [(1, 0), (2, 0), (2, 1)]
+    assert sink.state.experiments == {}

@@ -10,6 +10,7 @@ stopped, and compares with :func:`tuner.plan.hyperband_plan`.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -227,3 +228,21 @@ def test_experiment_refuses_what_cannot_run() -> None:
         experiment_for(bracket, 70000, HOSTS, workers=2, pattern="ring", **common)
     with pytest.raises(UserError, match="pattern"):
         experiment_for(bracket, 1, HOSTS, workers=2, pattern="tree", **common)  # type: ignore[arg-type]
+
+
+def test_plan_driver_and_sinks_do_not_import_ray() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tuner.plan, tuner.driver, tuner.sinks, tuner.contract\n"
+        "print(sorted(n for n in sys.modules if n == 'ray' or n.startswith('ray.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"

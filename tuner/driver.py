@@ -68,6 +68,10 @@ class StageTiming:
         """Stage completion time: release to completion."""
         return None if self.completed_s is None else self.completed_s - self.released_s
 
+    def as_row(self) -> dict[str, Any]:
+        """The fields and ``sct_s``, for a table or a CSV row."""
+        return {**{name: getattr(self, name) for name in self.__slots__}, "sct_s": self.sct_s}
+
 
 @dataclass(frozen=True, slots=True)
 class Promotion:
@@ -88,6 +92,8 @@ class _Trial:
     slot: int = -1
     reached: bool = False
     """Has reported the milestone of its rung."""
+    eliminated: bool = False
+    """Ray stopped it at its milestone (not promoted)."""
     ended: bool = False
 
 
@@ -237,6 +243,8 @@ class TuneDriver:
             if action == CONTINUE and trial.reached:
                 # Promoted while running: Ray lets it go on to the next rung at once.
                 self._enter(ray_trial_id, trial, trial.rung + 1)
+            elif action == STOP and trial.reached:
+                trial.eliminated = True
 
     def trial_ended(self, ray_trial_id: str, iteration: int | None = None) -> None:
         """The trial completed, was stopped or errored (``iteration``: its last
@@ -261,7 +269,22 @@ class TuneDriver:
             if not trial.reached and iteration is not None and iteration >= milestone:
                 self._reach(bracket, trial)
             trial.ended = True
-            if trial.reached or bracket.finished:
+            if bracket.finished:
+                return
+            if trial.reached:
+                if not trial.eliminated and bracket.rung == trial.rung + 1:
+                    # Ray kept it in the halving (the trials it drops end before the
+                    # rung is complete, or get STOP), but it ends before entering the
+                    # next rung: one slot of that rung will not be taken.
+                    stage = bracket.stages[-1]
+                    free = [
+                        s
+                        for s, taken in enumerate(stage.slots)
+                        if taken is None and s not in stage.done
+                    ]
+                    if free:
+                        self._fill_unused(bracket, free[-1:])
+                        self._maybe_complete(bracket)
                 return
             # Stopped or failed inside its rung.
             stage = bracket.stages[trial.rung]

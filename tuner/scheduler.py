@@ -69,24 +69,26 @@ class BeamerHyperBandScheduler(HyperBandScheduler):
             self.driver.trial_starting(trial.trial_id)
         return trial
 
+    # Ray's own bookkeeping first: the trials a halving drops are stopped inside it,
+    # before the driver may see the rung complete.
     def on_trial_complete(
         self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
     ) -> None:
-        # Before Ray's bookkeeping: a trial a stopper ended at its milestone reached it.
-        self.driver.trial_ended(trial.trial_id, _iteration(result))
         super().on_trial_complete(tune_controller, trial, result)
+        # A trial a stopper ended at its milestone has reached it.
+        self.driver.trial_ended(trial.trial_id, _iteration(result))
 
     def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
-        self.driver.trial_ended(trial.trial_id)
         super().on_trial_error(tune_controller, trial)
+        self.driver.trial_ended(trial.trial_id, _iteration(trial.last_result))
 
     def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
-        self.driver.trial_ended(trial.trial_id)
         super().on_trial_remove(tune_controller, trial)
+        self.driver.trial_ended(trial.trial_id, _iteration(trial.last_result))
 
 
-def _iteration(result: dict[str, Any] | None) -> int | None:
-    value = None if result is None else result.get(TIME_ATTR)
+def _iteration(result: Any) -> int | None:
+    value = result.get(TIME_ATTR) if isinstance(result, dict) else None
     return int(value) if isinstance(value, int | float) else None
 
 
