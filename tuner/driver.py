@@ -328,6 +328,12 @@ class TuneDriver:
         """The plan of every bracket, as sent (or to be sent) to the controller."""
         return [bracket.experiment for bracket in self._brackets]
 
+    def bracket_over(self, ray_trial_id: str) -> bool:
+        """Whether the trial's bracket has run its last stage (or was ended)."""
+        with self._lock:
+            trial = self._trials.get(ray_trial_id)
+            return trial is not None and self._brackets[trial.bracket].finished
+
     def placement(self, ray_trial_id: str) -> tuple[int, int, int] | None:
         """``(experiment_id, stage_id, slot)`` the trial runs or ran last."""
         with self._lock:

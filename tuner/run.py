@@ -191,6 +191,8 @@ def run_searches(options: TuneOptions, progress: Progress = _stderr) -> TuneRepo
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C ends the whole command (and removes the network), not just the search.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     # Every trial is created at once (Ray Tune holds back pending trials past 16).
     os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(options.trials, 16))
     report = TuneReport()

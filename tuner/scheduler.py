@@ -63,11 +63,24 @@ class BeamerHyperBandScheduler(HyperBandScheduler):
         return action
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
+        self._stop_left_behind(tune_controller)
         trial: Trial | None = super().choose_trial_to_run(tune_controller)
         if trial is not None and trial.status == Trial.PAUSED:
             # Ray resumes a paused trial only when the rung behind it was promoted.
             self.driver.trial_starting(trial.trial_id)
         return trial
+
+    def _stop_left_behind(self, tune_controller: TuneController) -> None:
+        """Stop paused trials of brackets that are over.
+
+        Ray's HyperBand stops the paused trials of a bracket when its last result comes
+        in, but a trial it decided to pause whose pause had not begun yet (results that
+        arrive together, as a synchronous rung's do) stays paused for good, and the
+        search then never ends. The driver knows from the plan which brackets are over.
+        """
+        for trial in tune_controller.get_trials():
+            if trial.status == Trial.PAUSED and self.driver.bracket_over(trial.trial_id):
+                tune_controller.stop_trial(trial)
 
     # Ray's own bookkeeping first: the trials a halving drops are stopped inside it,
     # before the driver may see the rung complete.
