@@ -48,6 +48,8 @@ METRIC = "validation_loss"
 MODE = "min"
 RUN_TIMEOUT_S = 900.0
 """A search that has not ended by then is stuck (e.g. a switch that stopped forwarding)."""
+STALL_S = 120.0
+"""No trial reported an iteration for this long: the search is stuck."""
 RAY_CPUS = 2
 ASSIGNMENT_TIMEOUT_S = 300.0
 """How long a started trial waits for the others before the search begins."""
@@ -288,10 +290,21 @@ def run_search(
         def stop_all() -> bool:
             try:
                 network.check_processes(controller_required=True)
+                now = time.monotonic()
+                if now - iteration_log.last_progress_s > STALL_S:
+                    raise UserError(
+                        f"tune: the search of {policy} (seed {seed}) made no progress for "
+                        f"{STALL_S:g} s (no trial reported an iteration)"
+                    )
+                if now > deadline:
+                    raise UserError(
+                        f"tune: the search of {policy} (seed {seed}) did not end in "
+                        f"{RUN_TIMEOUT_S:g} s"
+                    )
             except BaseException as error:  # reported after fit() returns
                 failure.append(error)
                 return True
-            return time.monotonic() > deadline
+            return False
 
         tuner = tune.Tuner(
             tune.with_resources(
@@ -307,6 +320,7 @@ def run_search(
                 scheduler=scheduler,
                 num_samples=options.trials,
                 search_alg=BasicVariantGenerator(random_state=seed),
+                reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 name=f"beamer-{policy.replace(':', '_')}-{seed}",
@@ -323,10 +337,6 @@ def run_search(
                 callback.close()
         if failure:
             raise failure[0]
-        if time.monotonic() > deadline:
-            raise UserError(
-                f"tune: the search of {policy} (seed {seed}) did not end in {RUN_TIMEOUT_S:g} s"
-            )
         if grid.errors:
             raise UserError(
                 f"tune: {len(grid.errors)} trial(s) failed; the first: {grid.errors[0]}"

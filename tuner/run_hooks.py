@@ -58,6 +58,8 @@ class IterationLog(tune.Callback):
 
     def __init__(self) -> None:
         self.records: list[IterationRecord] = []
+        self.last_progress_s = time.monotonic()
+        """When the last result came in (or the log was made)."""
 
     def on_trial_result(
         self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
@@ -77,9 +79,10 @@ class IterationLog(tune.Callback):
         except (KeyError, TypeError, ValueError):
             return  # not a result of the Beamer trainable
         self.records.append(record)
+        self.last_progress_s = record.reported_s
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"records": []}
+        return {"records": [], "last_progress_s": self.last_progress_s}
 
 
 def warm_workers(count: int, cpus_per_worker: float) -> float:
