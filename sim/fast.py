@@ -269,7 +269,7 @@ class FastSimulation(Simulation):
             self.result.delivered_bytes += kernels.advance(
                 self._rates,
                 self._remaining,
-                self._mult.astype(float),
+                self._mult,
                 rows,
                 moving,
                 flows,
