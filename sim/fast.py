@@ -241,10 +241,7 @@ class FastSimulation(Simulation):
         coflow row's rate (the per-flow model's sum over its flows)."""
         if self._moving is None:
             _, rows = self._rows()
-            moving = np.flatnonzero(self._rates > 0)
-            flows = self._flows[self._rates[self._flows] > 0]
-            coflow_rate = kernels.flow_sums(self._rates, rows, flows, len(self._sent))
-            self._moving = (moving, flows, coflow_rate)
+            self._moving = kernels.moving_flows(self._rates, rows, self._flows, len(self._sent))
         return self._moving
 
     def _advance(self, until_s: float) -> None:
@@ -296,11 +293,9 @@ class FastSimulation(Simulation):
                     thresholds[row] = threshold
             self._threshold_rows = thresholds
         coflow_rate = self._moving_flows()[2]
-        watched = ~np.isnan(self._threshold_rows) & (coflow_rate > 0)
-        if not watched.any():
-            return np.inf
-        gap = np.maximum(self._threshold_rows[watched] - self._sent[watched], 0.0)
-        return float((self.now_s + gap / coflow_rate[watched]).min())
+        return float(
+            kernels.first_threshold_s(self._threshold_rows, self._sent, coflow_rate, self.now_s)
+        )
 
     def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return kernels.remaining_by_port(

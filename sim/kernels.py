@@ -427,7 +427,7 @@ def advance(
         remaining[i] -= step
         moved[i] = step
         total += step * mult[i]
-    acc = np.zeros(len(sent))
+    acc = np.zeros(len(sent)) if len(moving) else np.zeros(0)
     for i in moving_flows:
         acc[rows[i]] += moved[i]
     for i in moving:
@@ -441,15 +441,50 @@ def advance(
 
 
 @njit(cache=True, nogil=True)
-def flow_sums(
-    values: np.ndarray, rows: np.ndarray, flows: np.ndarray, size: int
-) -> np.ndarray:  # pragma: no cover - compiled
-    """Per row, the sum of ``values[i]`` over ``flows`` (entry indices, one per flow) in
-    that order: ``numpy.bincount`` over the per-flow model's flows, bit for bit."""
-    out = np.zeros(size)
+def moving_flows(
+    rates: np.ndarray, rows: np.ndarray, flows: np.ndarray, num_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The entries with a rate, their flows (entry indices, one per flow, in ``flows``
+    order) and each row's rate: the sum over its flows in that order, which is
+    ``numpy.bincount`` over the per-flow model's flows, bit for bit."""
+    count = 0
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            count += 1
+    moving = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            moving[count] = i
+            count += 1
+    count = 0
     for i in flows:
-        out[rows[i]] += values[i]
-    return out
+        if rates[i] > 0.0:
+            count += 1
+    moving_flows = np.empty(count, dtype=np.int64)
+    row_rate = np.zeros(num_rows)
+    count = 0
+    for i in flows:
+        if rates[i] > 0.0:
+            moving_flows[count] = i
+            count += 1
+            row_rate[rows[i]] += rates[i]
+    return moving, moving_flows, row_rate
+
+
+@njit(cache=True, nogil=True)
+def first_threshold_s(
+    thresholds: np.ndarray, sent: np.ndarray, row_rate: np.ndarray, now_s: float
+) -> float:  # pragma: no cover - compiled
+    """The first instant a moving row's sent bytes reach its threshold (NaN: none), as the
+    per-flow model computes it: ``now + max(threshold - sent, 0) / rate``."""
+    best = np.inf
+    for row in range(len(thresholds)):
+        if np.isnan(thresholds[row]) or row_rate[row] <= 0.0:
+            continue
+        gap = max(thresholds[row] - sent[row], 0.0)
+        best = min(best, now_s + gap / row_rate[row])
+    return best
 
 
 @njit(cache=True, nogil=True)
