@@ -166,7 +166,8 @@ class Simulation:
         self._seq += 1
 
     def _flows_of(self, e: int, s: int, t: int) -> tuple[np.ndarray, ...]:
-        """The trial's network flows: (src port, dst port, bytes, flows per entry)."""
+        """The trial's network flows: (src port, dst port, bytes per flow, flows per entry,
+        and whatever else the flow model keeps per coflow)."""
         key = (e, s, t)
         cached = self._trial_flows.get(key)
         if cached is None:
@@ -246,7 +247,7 @@ class Simulation:
         src, dst, size, mult = entries[:4]
         uid = self._next_uid
         self._next_uid += 1
-        total = float(size.sum())
+        total = float((size * mult).sum())  # sizes are per flow
         self.result.coflow_release_s[key] = self.now_s
         self.result.coflow_bytes[key] = total
         coflow = _Coflow(uid, key, self.now_s, total, 0.0, int(mult.sum()), e, t)

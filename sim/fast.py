@@ -18,6 +18,16 @@ byte apart, so they finish nanoseconds apart, one event each. This model:
   but greedy, so their entry never needs to split; greedy keeps one entry
   per flow.
 
+An entry holds *per-flow* amounts (each of its flows' size, remaining bytes
+and rate), so each flow moves, and completes, by the very float operations
+the per-flow model applies to it. Every sum a policy reads (a coflow's sent
+bytes, its remaining bytes per port, its rate towards a re-ranking
+threshold, a port's demand under MADD) runs over the flows, an entry counted
+once per flow, in the per-flow model's order: the same sums, bit for bit. So
+decisions that hang on an exact tie or threshold (Aalo's queues, FIFO-LM's
+heavy threshold, twin trials under ``beamer:split_trials``) come out the
+same as in the per-flow model.
+
 Flows that merely share a receiver are *not* grouped: each sender's flow
 gets its own max-min rate, so a loaded sender slows only its own flows (the
 answer stays work-conserving where senders are loaded unevenly).
@@ -39,20 +49,21 @@ from control.policies.base import (
 )
 from sim import kernels
 from sim.allocate import RELATIVE_TOLERANCE
-from sim.engine import COMPLETION_TOLERANCE, SimConfig, Simulation, _Coflow
+from sim.engine import COMPLETION_TOLERANCE, Interval, SimConfig, Simulation, _Coflow
 
 
 def merge_flows(
     network: list[Flow], num_hosts: int, *, merge: bool = True
 ) -> tuple[np.ndarray, ...]:
-    """Entries for one coflow's fabric flows: (src port, dst port, bytes, flows per entry).
+    """Entries for one coflow's fabric flows: (src port, dst port, bytes per flow, flows
+    per entry, each flow's entry in ``network`` order).
 
     Sizes into one receiver that differ by at most one byte become their mean;
     with ``merge``, identical flows then share one entry.
     """
     if not network:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty.copy(), np.zeros(0), empty.copy()
+        return empty, empty.copy(), np.zeros(0), empty.copy(), empty.copy()
     src = np.array([f.src_host for f in network], dtype=np.int64)
     dst = np.array([f.dst_host for f in network], dtype=np.int64)
     size = np.array([f.size_bytes for f in network], dtype=np.int64)
@@ -66,14 +77,24 @@ def merge_flows(
     count = np.bincount(group, minlength=len(receivers))
     sizes = np.where(even, (total / count)[group], size.astype(float))
     if not merge:
-        return src, num_hosts + dst, sizes, np.ones(len(src), dtype=np.int64)
+        flows = np.arange(len(src), dtype=np.int64)
+        return src, num_hosts + dst, sizes, np.ones(len(src), dtype=np.int64), flows
     keys = np.stack([src, dst, sizes.view(np.int64)], axis=1)
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    counts = np.bincount(inverse.ravel(), minlength=len(first))
+    inverse = inverse.ravel()
+    counts = np.bincount(inverse, minlength=len(first))
     by_appearance = np.argsort(first)  # entries in the order their first flow appears
     keep = first[by_appearance]
     mult = counts[by_appearance]
-    return src[keep], num_hosts + dst[keep], sizes[keep] * mult, mult.astype(np.int64)
+    entry_of_key = np.empty(len(first), dtype=np.int64)
+    entry_of_key[by_appearance] = np.arange(len(first))
+    return (
+        src[keep],
+        num_hosts + dst[keep],
+        sizes[keep],
+        mult.astype(np.int64),
+        entry_of_key[inverse],
+    )
 
 
 class FastSimulation(Simulation):
@@ -89,15 +110,24 @@ class FastSimulation(Simulation):
         super().__init__(workload, policy, config, progress)
         self._merge = self.allocator != "greedy" and not self.config.record_intervals
         self._saturated_below = self.capacity * RELATIVE_TOLERANCE
+        self._flows = np.zeros(0, dtype=np.int64)
+        """One entry index per active flow, in the per-flow model's order of flows."""
         self._uids: np.ndarray | None = None
         self._row = np.zeros(0, dtype=np.int64)
         self._sent = np.zeros(0)
+        """Per coflow row: its sent bytes (the coflows' ``sent_bytes`` lag until a flush)."""
+        self._dirty = np.zeros(0, dtype=np.uint8)
+        """Per coflow row: 1 if a flow of it moved since the last flush."""
+        self._moved_uids: set[int] = set()
+        """Coflows that moved since the last snapshot (flushed rows)."""
+        self._moving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._scratch = np.zeros(0)
         self._classes: tuple[np.ndarray, ...] | None = None
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None
-        self._thresholds_left: np.ndarray | None = None
+        self._threshold_rows: np.ndarray | None = None
         self._coflow_states: dict[int, CoflowState] = {}
         self._experiment_states: dict[int, ExperimentState] = {}
 
@@ -114,39 +144,53 @@ class FastSimulation(Simulation):
         """
         if self._uids is None:
             if self._dead:
-                keep = self._mult > 0
-                super()._keep_rows(keep)
-                self._tol = self._tol[keep]
+                self._keep_rows(self._mult > 0)
                 self._dead = 0
             self._uids = self._active_uids()
             self._row = np.searchsorted(self._uids, self._owner)
-            self._sent = np.zeros(len(self._uids))
+            self._sent = np.array([self._coflows[u].sent_bytes for u in self._uids.tolist()])
+            self._dirty = np.zeros(len(self._uids), dtype=np.uint8)
             self._classes = None
             self._members = None
+            self._moving = None
+            self._threshold_rows = None
         return self._uids, self._row
 
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        new_index = np.cumsum(keep) - 1
+        self._flows = new_index[self._flows[keep[self._flows]]]
+        super()._keep_rows(keep)
+        self._tol = self._tol[keep]
+
     def _flush_sent(self) -> None:
-        """Move the bytes sent since the last flush into the coflows' ``sent_bytes``."""
+        """Copy the sent bytes of the rows that moved into their coflows' ``sent_bytes``."""
         if self._uids is None:
             return
-        moved = np.flatnonzero(self._sent)
+        moved = np.flatnonzero(self._dirty)
         if len(moved) == 0:
             return
         for uid, amount in zip(self._uids[moved].tolist(), self._sent[moved].tolist(), strict=True):
             coflow = self._coflows.get(uid)
             if coflow is not None:
-                coflow.sent_bytes += amount
-        self._sent[:] = 0.0
-        self._thresholds_left = None
+                coflow.sent_bytes = amount
+            self._moved_uids.add(uid)
+        self._dirty[moved] = 0
 
     def _forget_rows(self) -> None:
         self._flush_sent()
         self._uids = None
         self._classes = None
-        self._thresholds_left = None
+        self._moving = None
+        self._threshold_rows = None
 
     def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
         self._forget_rows()
+        offset = len(self._owner)
+        flows = [self._flows]
+        for entry_src, entry_of_flow in zip(parts[0], parts[6], strict=True):
+            flows.append(entry_of_flow + offset)
+            offset += len(entry_src)
+        self._flows = np.concatenate(flows)
         super()._append_rows(parts)
         # New entries move from the next allocation on; until then they have no rate.
         self._rates = np.concatenate([self._rates, np.zeros(len(self._owner) - len(self._rates))])
@@ -160,13 +204,14 @@ class FastSimulation(Simulation):
             return False
         finished_owners = self._owner[done]
         finished_flows = self._mult[done]
-        self.result.delivered_bytes += float(self._remaining[done].sum())
+        self.result.delivered_bytes += float((self._remaining[done] * finished_flows).sum())
         self._remaining[done] = 0.0
         self._rates[done] = 0.0
         self._mult[done] = 0
         self._tol[done] = -1.0
         if self._classes is not None:
             self._classes[5][self._classes[2][done]] = 0.0
+        self._moving = None
         self._dead += len(done)
         uids = np.unique(finished_owners)
         counts = np.bincount(np.searchsorted(uids, finished_owners), finished_flows, len(uids))
@@ -189,19 +234,48 @@ class FastSimulation(Simulation):
         self._rows()  # drops finished entries, whose coflows may be gone
         super()._rerank()
         self._classes = None
-        self._thresholds_left = None
+        self._threshold_rows = None
+
+    def _moving_flows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """At the current rates: the moving entries, their flows (in flow order) and each
+        coflow row's rate (the per-flow model's sum over its flows)."""
+        if self._moving is None:
+            _, rows = self._rows()
+            self._moving = kernels.moving_flows(self._rates, rows, self._flows, len(self._sent))
+        return self._moving
 
     def _advance(self, until_s: float) -> None:
         dt = until_s - self.now_s
-        if dt > 0 and len(self._remaining) and not self.config.record_intervals:
+        if dt > 0 and len(self._remaining):
             _, rows = self._rows()
+            moving, flows, _ = self._moving_flows()
+            if len(self._scratch) < len(self._remaining):
+                self._scratch = np.zeros(2 * len(self._remaining))
+            if self.config.record_intervals:
+                live = self._rates > 0
+                self.result.intervals.append(
+                    Interval(
+                        self.now_s,
+                        until_s,
+                        self._flow_id[live].copy(),
+                        self._src[live].copy(),
+                        self._dst[live].copy(),
+                        self._rates[live].copy(),
+                    )
+                )
             self.result.delivered_bytes += kernels.advance(
-                self._rates, self._remaining, rows, self._sent, dt
+                self._rates,
+                self._remaining,
+                self._mult,
+                rows,
+                moving,
+                flows,
+                self._scratch,
+                self._sent,
+                self._dirty,
+                dt,
             )
-            self.now_s = until_s
-            return
-        self._flush_sent()
-        super()._advance(until_s)
+        self.now_s = until_s
 
     def _flow_end_s(self) -> float:
         return self.now_s + kernels.first_completion_s(self._rates, self._remaining)
@@ -210,21 +284,23 @@ class FastSimulation(Simulation):
         """The first instant a coflow's sent bytes reach its re-ranking threshold."""
         if not self._thresholds or len(self._rates) == 0:
             return np.inf
-        uids, rows = self._rows()
-        if self._thresholds_left is None:
-            # Bytes each coflow still has to send to its threshold, as of the last flush.
-            left = np.full(len(uids), np.inf)
+        uids, _ = self._rows()
+        if self._threshold_rows is None:
+            thresholds = np.full(len(uids), np.nan)
             for row, uid in enumerate(uids.tolist()):
                 threshold = self._thresholds.get(uid)
                 if threshold is not None:
-                    left[row] = threshold - self._coflows[uid].sent_bytes
-            self._thresholds_left = left
-        gap = np.maximum(self._thresholds_left - self._sent, 0.0)
-        coflow_rate = np.bincount(rows, self._rates, len(uids))
-        moving = (coflow_rate > 0) & np.isfinite(gap)
-        if not moving.any():
-            return np.inf
-        return float((self.now_s + gap[moving] / coflow_rate[moving]).min())
+                    thresholds[row] = threshold
+            self._threshold_rows = thresholds
+        coflow_rate = self._moving_flows()[2]
+        return float(
+            kernels.first_threshold_s(self._threshold_rows, self._sent, coflow_rate, self.now_s)
+        )
+
+    def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return kernels.remaining_by_port(
+            self._remaining, self._src, self._dst, rows, self._flows, len(uids), self.num_ports
+        )
 
     def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
         """As :meth:`Simulation._snapshot`; a coflow or experiment that has not changed since
@@ -240,6 +316,7 @@ class FastSimulation(Simulation):
                 state is None
                 or state.sent_bytes != coflow.sent_bytes
                 or state.num_flows != coflow.flows_left
+                or uid in self._moved_uids
             ):
                 state = CoflowState(
                     key=coflow.key,
@@ -252,6 +329,7 @@ class FastSimulation(Simulation):
             current[uid] = state
             states.append(state)
         self._coflow_states = current
+        self._moved_uids.clear()
         experiments = {}
         for e, run in enumerate(self._runs):
             if run.stage_index < 0:
@@ -304,15 +382,15 @@ class FastSimulation(Simulation):
         return self._classes
 
     def _allocate(self) -> None:
+        self._moving = None
         if len(self._owner) == 0:
             self._rates = np.zeros(0)
             return
         uids, rows = self._rows()  # first: it may drop finished entries
         classes = self._class_order()
         order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks = classes
-        mult = self._mult.astype(float)
         if self.allocator == "priority":
-            per_flow = kernels.maxmin_ordered(
+            self._rates = kernels.maxmin_ordered(
                 src_sorted,
                 dst_sorted,
                 mult_sorted,
@@ -323,13 +401,19 @@ class FastSimulation(Simulation):
             )
         elif self.allocator == "madd":
             if self._members is None:
-                self._members = kernels.coflow_members(rows, len(uids))
-            per_flow = kernels.madd_ordered(
+                # Each coflow's flows in flow order, as the reference's stable sort by coflow.
+                by_row = np.argsort(rows[self._flows], kind="stable")
+                flows_per_row = np.bincount(rows[self._flows], minlength=len(uids))
+                starts_by_row = np.zeros(len(uids) + 1, dtype=np.int64)
+                np.cumsum(flows_per_row, out=starts_by_row[1:])
+                self._members = (self._flows[by_row], starts_by_row)
+            members, starts_by_row = self._members
+            self._rates = kernels.madd_ordered(
                 self._src,
                 self._dst,
-                mult,
                 self._remaining,
-                *self._members,
+                members,
+                starts_by_row,
                 np.lexsort((ranks, -coflow_classes)),
                 (order, starts, src_sorted, dst_sorted),
                 mult_sorted,
@@ -339,5 +423,5 @@ class FastSimulation(Simulation):
         else:
             flow_class = coflow_classes[rows]
             flow_order = np.lexsort((ranks[rows], -flow_class))
-            per_flow = kernels.greedy(self._src, self._dst, mult, flow_order, self.capacity)
-        self._rates = per_flow * mult
+            mult = self._mult.astype(float)
+            self._rates = kernels.greedy(self._src, self._dst, mult, flow_order, self.capacity)

@@ -235,6 +235,10 @@ def _madd(
     saturated_below: np.ndarray,
     rates: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
+    """MADD as :func:`sim.allocate.madd`: ``members`` lists one entry index per *flow*
+    (an entry of ``mult`` flows appears ``mult`` times), in the reference's flow order,
+    and ``remaining`` is per flow, so that each port's demand is the same sum in the
+    same order as the per-flow model's."""
     demand = np.zeros(len(residual))
     for row in coflow_order:
         lo = starts[row]
@@ -285,19 +289,19 @@ def madd(
 ) -> np.ndarray:
     """Varys' MADD in ``coflow_order`` (rows of ``flow_coflow``), then max-min backfill.
 
-    ``remaining`` is each entry's bytes (all its flows); the result is per flow.
+    ``remaining`` and the result are per flow (each of an entry's ``mult`` flows).
     """
     if len(src) == 0:
         return np.zeros(0)
-    members, starts = coflow_members(flow_coflow, int(flow_coflow.max()) + 1)
+    flows = np.repeat(np.arange(len(src), dtype=np.int64), mult.astype(np.int64))
+    members, starts = coflow_members(flow_coflow[flows], int(flow_coflow.max()) + 1)
     order, class_starts = class_order(flow_class)
     mult = mult.astype(float)
     return madd_ordered(
         src.astype(np.int64),
         dst.astype(np.int64),
-        mult,
         remaining.astype(float),
-        members,
+        flows[members],
         starts,
         coflow_order.astype(np.int64),
         (order, class_starts, src[order].astype(np.int64), dst[order].astype(np.int64)),
@@ -310,7 +314,6 @@ def madd(
 def madd_ordered(
     src: np.ndarray,
     dst: np.ndarray,
-    mult: np.ndarray,
     remaining: np.ndarray,
     members: np.ndarray,
     starts: np.ndarray,
@@ -320,11 +323,12 @@ def madd_ordered(
     capacity: np.ndarray,
     saturated_below: np.ndarray,
 ) -> np.ndarray:
-    """:func:`madd` with the coflows' entries (``members``, ``starts``, see
-    :func:`coflow_members`) and the class order for the backfill (``classes``: order,
-    class starts, sorted senders and receivers) given."""
+    """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
+    flow order, grouped by coflow row; ``starts``: where each row starts) and the class
+    order for the backfill (``classes``: order, class starts, sorted senders and
+    receivers) given. ``remaining`` and the rates returned are per flow."""
     residual = capacity.astype(float).copy()
-    entry_rates = np.zeros(len(src))
+    madd_rates = np.zeros(len(src))
     _madd(
         src,
         dst,
@@ -334,7 +338,7 @@ def madd_ordered(
         coflow_order,
         residual,
         saturated_below,
-        entry_rates,
+        madd_rates,
     )
     order, class_starts, src_sorted, dst_sorted = classes
     backfill = maxmin_ordered(
@@ -347,8 +351,7 @@ def madd_ordered(
         saturated_below,
         residual,
     )
-    per_flow = np.divide(entry_rates, mult, out=np.zeros(len(src)), where=mult > 0)
-    return per_flow + backfill
+    return madd_rates + backfill
 
 
 @njit(cache=True, nogil=True)
@@ -399,18 +402,110 @@ def greedy(
 
 @njit(cache=True, nogil=True)
 def advance(
-    rates: np.ndarray, remaining: np.ndarray, rows: np.ndarray, sent: np.ndarray, dt: float
+    rates: np.ndarray,
+    remaining: np.ndarray,
+    mult: np.ndarray,
+    rows: np.ndarray,
+    moving: np.ndarray,
+    moving_flows: np.ndarray,
+    moved: np.ndarray,
+    sent: np.ndarray,
+    dirty: np.ndarray,
+    dt: float,
 ) -> float:  # pragma: no cover - compiled
-    """Move every entry ``rates × dt`` bytes (at most what it has left); add each entry's
-    bytes to ``sent[rows[i]]``; return the bytes moved."""
+    """Move each flow of the ``moving`` entries ``rates × dt`` bytes (at most what it has
+    left), as the per-flow model does; add to ``sent[row]`` each coflow's bytes of this
+    interval, summed over ``moving_flows`` (one entry index per flow, in the reference's
+    flow order) from zero and then added, as the reference's ``bincount`` does; mark
+    the rows that moved in ``dirty``; return the bytes moved (all flows).
+
+    Flows that do not move would add exact zeros to those sums, so they are skipped.
+    ``moved`` is scratch, one slot per entry."""
     total = 0.0
+    for i in moving:
+        step = min(rates[i] * dt, remaining[i])
+        remaining[i] -= step
+        moved[i] = step
+        total += step * mult[i]
+    acc = np.zeros(len(sent)) if len(moving) else np.zeros(0)
+    for i in moving_flows:
+        acc[rows[i]] += moved[i]
+    for i in moving:
+        row = rows[i]
+        if dirty[row] != 2:
+            sent[row] += acc[row]
+            dirty[row] = 2
+    for i in moving:
+        dirty[rows[i]] = 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def moving_flows(
+    rates: np.ndarray, rows: np.ndarray, flows: np.ndarray, num_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The entries with a rate, their flows (entry indices, one per flow, in ``flows``
+    order) and each row's rate: the sum over its flows in that order, which is
+    ``numpy.bincount`` over the per-flow model's flows, bit for bit."""
+    count = 0
     for i in range(len(rates)):
         if rates[i] > 0.0:
-            moved = min(rates[i] * dt, remaining[i])
-            remaining[i] -= moved
-            sent[rows[i]] += moved
-            total += moved
-    return total
+            count += 1
+    moving = np.empty(count, dtype=np.int64)
+    count = 0
+    for i in range(len(rates)):
+        if rates[i] > 0.0:
+            moving[count] = i
+            count += 1
+    count = 0
+    for i in flows:
+        if rates[i] > 0.0:
+            count += 1
+    moving_flows = np.empty(count, dtype=np.int64)
+    row_rate = np.zeros(num_rows)
+    count = 0
+    for i in flows:
+        if rates[i] > 0.0:
+            moving_flows[count] = i
+            count += 1
+            row_rate[rows[i]] += rates[i]
+    return moving, moving_flows, row_rate
+
+
+@njit(cache=True, nogil=True)
+def first_threshold_s(
+    thresholds: np.ndarray, sent: np.ndarray, row_rate: np.ndarray, now_s: float
+) -> float:  # pragma: no cover - compiled
+    """The first instant a moving row's sent bytes reach its threshold (NaN: none), as the
+    per-flow model computes it: ``now + max(threshold - sent, 0) / rate``."""
+    best = np.inf
+    for row in range(len(thresholds)):
+        if np.isnan(thresholds[row]) or row_rate[row] <= 0.0:
+            continue
+        gap = max(thresholds[row] - sent[row], 0.0)
+        best = min(best, now_s + gap / row_rate[row])
+    return best
+
+
+@njit(cache=True, nogil=True)
+def remaining_by_port(
+    remaining: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    rows: np.ndarray,
+    flows: np.ndarray,
+    num_rows: int,
+    num_ports: int,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Rows × ports: each flow's remaining bytes on its sender and receiver port, summed
+    over ``flows`` in order (the reference's two ``bincount`` calls, whose port sets are
+    disjoint, bit for bit)."""
+    out = np.zeros(num_rows * num_ports)
+    for i in flows:
+        base = rows[i] * num_ports
+        out[base + src[i]] += remaining[i]
+        out[base + dst[i]] += remaining[i]
+    return out.reshape(num_rows, num_ports)
 
 
 @njit(cache=True, nogil=True)

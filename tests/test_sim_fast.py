@@ -27,18 +27,22 @@ def test_even_splits_take_their_mean_and_identical_flows_share_an_entry() -> Non
     # Into receiver 2: 10 bytes from 0 twice (one entry of two flows) and 30 from 1.
     flows = [Flow(0, 3, 4), Flow(1, 3, 5), Flow(2, 3, 4)]
     flows += [Flow(0, 2, 10), Flow(1, 2, 30), Flow(0, 2, 10)]
-    src, dst, size, mult = merge_flows(flows, num_hosts=4)
-    entries = sorted(zip(src.tolist(), dst.tolist(), size.tolist(), mult.tolist(), strict=True))
+    src, dst, size, mult, entry_of_flow = merge_flows(flows, num_hosts=4)
+    entries = list(zip(src.tolist(), dst.tolist(), size.tolist(), mult.tolist(), strict=True))
+    # Each flow names its entry, so sums can run over the flows in their own order.
+    assert [entries[i][:2] for i in entry_of_flow] == [(f.src_host, 4 + f.dst_host) for f in flows]
+    entries.sort()
     assert entries == [
-        (0, 4 + 2, 20.0, 2),
+        (0, 4 + 2, 10.0, 2),
         (0, 4 + 3, 13 / 3, 1),
         (1, 4 + 2, 30.0, 1),
         (1, 4 + 3, 13 / 3, 1),
         (2, 4 + 3, 13 / 3, 1),
     ]
     # Flows from different senders never share an entry; greedy keeps every flow apart.
-    _, _, _, mult = merge_flows(flows, num_hosts=4, merge=False)
+    _, _, _, mult, entry_of_flow = merge_flows(flows, num_hosts=4, merge=False)
     assert mult.tolist() == [1] * 6
+    assert entry_of_flow.tolist() == list(range(6))
 
 
 def random_flows(
@@ -93,9 +97,9 @@ def test_an_entry_of_identical_flows_gets_each_flow_its_per_flow_rate(seed: int)
     order = rng.permutation(4)
     flows = (src[copies], dst[copies], remaining[copies], coflow[copies])
     expected = allocate.madd(*flows, order, classes[copies], capacity)
-    entry_bytes = remaining * mult
-    got = kernels.madd(src, dst, mult.astype(float), entry_bytes, coflow, order, classes, capacity)
-    np.testing.assert_allclose(got[copies], expected, rtol=1e-9, atol=1e-12)
+    got = kernels.madd(src, dst, mult.astype(float), remaining, coflow, order, classes, capacity)
+    # Per-flow remaining bytes and demand summed flow by flow: the reference's arithmetic.
+    np.testing.assert_array_equal(got[copies], expected)
 
 
 def shuffle(
