@@ -80,6 +80,9 @@ class Script:
         for trial in self.trials:
             self.scheduler.on_trial_add(self, trial)  # type: ignore[arg-type]
 
+    def get_trials(self) -> list[Trial]:
+        return list(self.trials)
+
     def stop_trial(self, trial: Trial) -> None:
         if trial.status in (Trial.PENDING, Trial.PAUSED):
             trial.set_status(Trial.TERMINATED)
@@ -158,6 +161,28 @@ def test_a_clean_run_ends_every_experiment(tmp_path: Path) -> None:
         (2, 1, 2, 2),
     ]
     assert all(r["sct_s"] == r["completed_s"] - r["released_s"] > 0 for r in rows)
+
+
+def test_a_trial_left_paused_in_a_bracket_that_is_over_is_stopped(tmp_path: Path) -> None:
+    """Ray's HyperBand can leave a trial paused for good when a rung's results arrive
+    together (its pause had not begun when the bracket was processed); the scheduler
+    stops such trials, or the search would never end."""
+    script = Script(tmp_path, QS)
+    script.run()
+    left = script.trials[0]  # bracket 1: over
+    left.set_status(Trial.PAUSED)
+    running = script.trials[3]  # bracket 2: over too, but not paused
+    assert script.scheduler.choose_trial_to_run(script) is None  # type: ignore[arg-type]
+    assert left.status == Trial.TERMINATED
+    assert running.status == Trial.TERMINATED
+
+
+def test_a_paused_trial_of_a_bracket_still_running_is_left_alone(tmp_path: Path) -> None:
+    script = Script(tmp_path, QS)  # nothing has run: no bracket is over
+    waiting = script.trials[0]
+    waiting.set_status(Trial.PAUSED)
+    script.scheduler.choose_trial_to_run(script)  # type: ignore[arg-type]
+    assert waiting.status == Trial.PAUSED
 
 
 def test_a_trial_failing_inside_a_rung_is_stopped_and_the_rung_completes(
