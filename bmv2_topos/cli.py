@@ -65,7 +65,8 @@ def register(subparsers: Any) -> None:
     clean.set_defaults(func=run_clean)
 
 
-def _ints(text: str, option: str) -> tuple[int, ...]:
+def parse_ints(text: str, option: str) -> tuple[int, ...]:
+    """A comma-separated list of integers given to ``option`` (e.g. ``--seeds``)."""
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -91,7 +92,7 @@ def run_emulate(args: argparse.Namespace) -> int:
     if args.seed is not None:
         seeds: tuple[int, ...] = (args.seed,)
     else:
-        seeds = _ints(args.seeds or "1", "--seeds")
+        seeds = parse_ints(args.seeds or "1", "--seeds")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
     if not args.time_scale > 0:

@@ -65,24 +65,15 @@ def register(subparsers: Any) -> None:
     tune.set_defaults(func=run_tune)
 
 
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
-    if not values:
-        raise UserError(f"{option}: no value given")
-    return values
-
-
 def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
+    from bmv2_topos.cli import parse_ints
     from bmv2_topos.report import table, write_outputs
     from control.policies import get_policy
     from control.topology import load_topology
     from tuner.run import TuneOptions, run_searches, summary_json, tuner_table
 
-    seeds = (args.seed,) if args.seed is not None else _ints(args.seeds or "1", "--seeds")
+    seeds = (args.seed,) if args.seed is not None else parse_ints(args.seeds or "1", "--seeds")
     policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     if not policies:
         raise UserError("--policy: no policy given")

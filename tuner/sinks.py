@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from bmv2_topos.agent import EventSink as AgentEventSink
 from control.entries import coflow_tag
 from control.events import (
     CoflowFinished,
@@ -29,20 +30,11 @@ from control.events import (
 from control.model import CoflowKey, Experiment
 
 
-class EventSink(Protocol):
-    """The event methods of :class:`control.events.EventClient`."""
+class EventSink(AgentEventSink, Protocol):
+    """The event methods of :class:`control.events.EventClient`: the agents' and the
+    two a tuner adds (a trial stopped inside a rung, a bracket ended early)."""
 
-    def experiment_released(self, experiment: Experiment) -> Any: ...
-    def stage_released(self, experiment_id: int, stage_id: int) -> Any: ...
-    def trial_started(self, experiment_id: int, stage_id: int, trial_id: int) -> Any: ...
     def trial_stopped(self, experiment_id: int, stage_id: int, trial_id: int) -> Any: ...
-    def coflow_started(
-        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
-    ) -> int: ...
-    def coflow_finished(
-        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
-    ) -> Any: ...
-    def stage_completed(self, experiment_id: int, stage_id: int) -> Any: ...
     def experiment_finished(self, experiment_id: int) -> Any: ...
     def close(self) -> None: ...
 

@@ -33,11 +33,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from bmv2_topos.agent import beamer_option, local_coflow_id
+from bmv2_topos.agent import CoflowEvents, beamer_option, local_coflow_id
 from tuner.allreduce import GroupHost, WorkerGroup, hosts_per_group, sync_model_bytes
 from tuner.contract import TrialAssignment, TuneNetwork, read_assignment
 from tuner.training import DataParallelTraining, TrainingConfig, parameter_count
@@ -53,17 +53,6 @@ Report = Callable[[dict[str, Any], Path | None], None]
 
 class TrainableError(RuntimeError):
     """The trial cannot go on (no assignment in time, an unknown host, a bad checkpoint)."""
-
-
-class CoflowEvents(Protocol):
-    """What a trainable tells the controller; :class:`control.events.EventClient` is one."""
-
-    def coflow_started(
-        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
-    ) -> int: ...
-    def coflow_finished(
-        self, experiment_id: int, stage_id: int, trial_id: int, iteration: int
-    ) -> object: ...
 
 
 @contextlib.contextmanager
