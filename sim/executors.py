@@ -27,6 +27,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -194,7 +195,13 @@ def stop_local_ray() -> None:
 
     ray.shutdown()
     if _LOCAL_TEMP_DIR is not None:
-        shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
+        # Ray's processes may still be writing logs there for a moment after shutdown
+        # (a run stopped by a signal): try again until the directory is gone.
+        for _ in range(20):
+            shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
+            if not os.path.exists(_LOCAL_TEMP_DIR):
+                break
+            time.sleep(0.1)
         _LOCAL_TEMP_DIR = None
 
 
