@@ -35,9 +35,6 @@ class _ScriptedController:
     def __init__(self, scheduler: HyperBandScheduler) -> None:
         self.scheduler = scheduler
 
-    def get_trials(self) -> list[Trial]:
-        return list(self.trials)
-
     def stop_trial(self, trial: Trial) -> None:
         # Ray: a paused or pending trial is removed, a running one completed.
         if trial.status in (Trial.PENDING, Trial.PAUSED):
