@@ -177,15 +177,19 @@ def start_local_ray(num_cpus: int) -> None:
     # Its own directory for sockets and logs, removed by stop_local_ray: nothing is left
     # behind, and no other Ray instance on the machine is found or joined ("local").
     _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
-    ray.init(
-        address="local",
-        _temp_dir=_LOCAL_TEMP_DIR,
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-        configure_logging=True,
-    )
+    try:
+        ray.init(
+            address="local",
+            _temp_dir=_LOCAL_TEMP_DIR,
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            configure_logging=True,
+        )
+    except BaseException:
+        stop_local_ray()  # what did start, and the directory
+        raise
 
 
 def stop_local_ray() -> None:
