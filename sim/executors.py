@@ -197,16 +197,68 @@ def stop_local_ray() -> None:
     global _LOCAL_TEMP_DIR
     import ray
 
+    ray_processes = _ray_descendants()
     ray.shutdown()
     if _LOCAL_TEMP_DIR is not None:
-        # Ray's processes may still be writing logs there for a moment after shutdown
-        # (a run stopped by a signal): try again until the directory is gone.
+        # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown()
+        # by a moment and write into the directory until they exit: wait for them,
+        # then remove it, again if needed.
+        _wait_gone(ray_processes, timeout_s=20.0)
         for _ in range(20):
             shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
             if not os.path.exists(_LOCAL_TEMP_DIR):
                 break
             time.sleep(0.1)
         _LOCAL_TEMP_DIR = None
+
+
+def _ray_descendants() -> set[int]:
+    """Pids of this process's descendants that are Ray's (the instance it started)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat"), "rb") as stream:
+                stat = stream.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [os.getpid()]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return {pid for pid in found if b"ray" in _cmdline(pid)}
+
+
+def _wait_gone(pids: set[int], timeout_s: float) -> None:
+    """Wait until none of ``pids`` runs any more (zombies count as gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            stat = stream.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            return stream.read()
+    except OSError:
+        return b""
 
 
 def _loopback_only() -> Any:
