@@ -71,6 +71,27 @@ class Interval:
     dst_ports: np.ndarray
     rates_bytes_per_s: np.ndarray
 
+    @classmethod
+    def of_moving(
+        cls,
+        start_s: float,
+        end_s: float,
+        flow_ids: np.ndarray,
+        src_ports: np.ndarray,
+        dst_ports: np.ndarray,
+        rates_bytes_per_s: np.ndarray,
+    ) -> Interval:
+        """The interval of the flows with a positive rate (copies: the arrays change)."""
+        live = rates_bytes_per_s > 0
+        return cls(
+            start_s,
+            end_s,
+            flow_ids[live].copy(),
+            src_ports[live].copy(),
+            dst_ports[live].copy(),
+            rates_bytes_per_s[live].copy(),
+        )
+
 
 @dataclass(slots=True)
 class SimResult:
@@ -428,15 +449,9 @@ class Simulation:
             self._remaining -= moved
             self.result.delivered_bytes += float(moved.sum())
             if self.config.record_intervals:
-                live = self._rates > 0
                 self.result.intervals.append(
-                    Interval(
-                        self.now_s,
-                        until_s,
-                        self._flow_id[live].copy(),
-                        self._src[live].copy(),
-                        self._dst[live].copy(),
-                        self._rates[live].copy(),
+                    Interval.of_moving(
+                        self.now_s, until_s, self._flow_id, self._src, self._dst, self._rates
                     )
                 )
             uids = self._active_uids()

@@ -252,15 +252,9 @@ class FastSimulation(Simulation):
             if len(self._scratch) < len(self._remaining):
                 self._scratch = np.zeros(2 * len(self._remaining))
             if self.config.record_intervals:
-                live = self._rates > 0
                 self.result.intervals.append(
-                    Interval(
-                        self.now_s,
-                        until_s,
-                        self._flow_id[live].copy(),
-                        self._src[live].copy(),
-                        self._dst[live].copy(),
-                        self._rates[live].copy(),
+                    Interval.of_moving(
+                        self.now_s, until_s, self._flow_id, self._src, self._dst, self._rates
                     )
                 )
             self.result.delivered_bytes += kernels.advance(
