@@ -25,20 +25,12 @@ def register(subparsers: Any) -> None:
         "switches and the controller, runs the HP-tuning workload as real tagged TCP, and "
         "prints the stage completion times next to the simulator's prediction.",
     )
-    emulate.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
-    emulate.add_argument(
-        "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
-    )
     emulate.add_argument(
         "--policies", default="beamer,fair", help="comma-separated policies (default beamer,fair)"
     )
     emulate.add_argument(
         "--workload", default="hp-tuning", help="hp-tuning (default) or a workload file"
     )
-    seeds = emulate.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, help="one seed")
-    seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
-    emulate.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
     emulate.add_argument(
         "--time-scale",
         type=float,
@@ -53,16 +45,43 @@ def register(subparsers: Any) -> None:
         metavar="PACKETS",
         help="depth of each priority queue of the embedded switch (default 256)",
     )
-    emulate.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
-    emulate.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
-    emulate.add_argument("--json", action="store_true", help="print one JSON object")
-    emulate.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+    add_network_options(emulate)
     emulate.set_defaults(func=run_emulate)
 
     clean = subparsers.add_parser(
         "clean", help="remove namespaces, veths and processes left by killed emulation runs"
     )
     clean.set_defaults(func=run_clean)
+
+
+def add_network_options(parser: Any) -> None:
+    """The options of every command that runs on emulated networks (``emulate``, ``tune``):
+    topology, switch target, seeds, classes, p4c's outputs for BMv2, and the outputs."""
+    parser.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
+    parser.add_argument(
+        "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
+    )
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, help="one seed")
+    seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
+    parser.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    parser.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
+    parser.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+
+
+def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
+    """Check the options of :func:`add_network_options`; the seeds to run."""
+    if args.seed is not None:
+        seeds: tuple[int, ...] = (args.seed,)
+    else:
+        seeds = parse_ints(args.seeds or "1", "--seeds")
+    if not 1 <= args.queues <= 8:
+        raise UserError(f"--queues: {args.queues} is out of range 1..8")
+    if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
+        raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
+    return seeds
 
 
 def parse_ints(text: str, option: str) -> tuple[int, ...]:
@@ -89,18 +108,11 @@ def run_emulate(args: argparse.Namespace) -> int:
     from bmv2_topos.report import summary, table, write_outputs
     from control.topology import load_topology
 
-    if args.seed is not None:
-        seeds: tuple[int, ...] = (args.seed,)
-    else:
-        seeds = parse_ints(args.seeds or "1", "--seeds")
-    if not 1 <= args.queues <= 8:
-        raise UserError(f"--queues: {args.queues} is out of range 1..8")
+    seeds = network_seeds(args)
     if not args.time_scale > 0:
         raise UserError(f"--time-scale: must be positive, got {args.time_scale}")
     if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
-    if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
-        raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     topology = load_topology(args.topo)
     netns.require_root()
     options = EmulationOptions(

@@ -6,16 +6,13 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
+from bmv2_topos.cli import add_network_options
 from control.errors import UserError
 
 MAX_TRIALS = 32
 """Every trial of the search runs at once on the machine (see tuner.run.trial_cpus)."""
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
 
 
 def register(subparsers: Any) -> None:
@@ -28,10 +25,6 @@ def register(subparsers: Any) -> None:
         "switch as Beamer-tagged TCP. Prints the stage completion times, the simulator's "
         "prediction and the tuner's best configuration.",
     )
-    tune.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
-    tune.add_argument(
-        "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
-    )
     tune.add_argument(
         "--policy",
         "--policies",
@@ -39,10 +32,6 @@ def register(subparsers: Any) -> None:
         default="beamer",
         help="comma-separated policies, e.g. beamer,fair,sincronia (default beamer)",
     )
-    seeds = tune.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, help="one seed")
-    seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
-    tune.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
     tune.add_argument("--trials", type=int, default=10, help="trials of the search (default 10)")
     tune.add_argument(
         "--max-t", type=int, default=4, help="HyperBand's max_t in iterations (default 4)"
@@ -58,22 +47,19 @@ def register(subparsers: Any) -> None:
         default="hyperband",
         help="Ray Tune scheduler (ASHA has no stages and is refused, see docs/tune.md)",
     )
-    tune.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
-    tune.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
-    tune.add_argument("--json", action="store_true", help="print one JSON object")
-    tune.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+    add_network_options(tune)
     tune.set_defaults(func=run_tune)
 
 
 def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
-    from bmv2_topos.cli import parse_ints
+    from bmv2_topos.cli import network_seeds
     from bmv2_topos.report import table, write_outputs
     from control.policies import get_policy
     from control.topology import load_topology
     from tuner.run import TuneOptions, run_searches, summary_json, tuner_table
 
-    seeds = (args.seed,) if args.seed is not None else parse_ints(args.seeds or "1", "--seeds")
+    seeds = network_seeds(args)
     policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     if not policies:
         raise UserError("--policy: no policy given")
@@ -82,8 +68,6 @@ def run_tune(args: argparse.Namespace) -> int:
             get_policy(policy)
         except UserError as error:
             raise UserError(f"--policy: {error}") from None
-    if not 1 <= args.queues <= 8:
-        raise UserError(f"--queues: {args.queues} is out of range 1..8")
     if not 2 <= args.trials <= MAX_TRIALS:
         raise UserError(f"--trials: {args.trials} is out of range 2..{MAX_TRIALS}")
     if not 1 <= args.max_t <= 100:
@@ -96,8 +80,6 @@ def run_tune(args: argparse.Namespace) -> int:
         from tuner.scheduler import require_stages
 
         require_stages(AsyncHyperBandScheduler())
-    if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
-        raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     topology = load_topology(args.topo)
     needed = args.workers + (1 if args.sync == "ps" else 0)
     if args.workers < 2 or needed > len(topology.hosts):
