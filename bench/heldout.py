@@ -12,8 +12,8 @@ policy is lower, and the mean p99 SCT over Sincronia's mean p99 SCT.
 
 A policy is a registered name, or ``beamer:key=value;...`` for a Beamer
 variant with those constructor arguments (floats, ints, true/false, words),
-as the tuning on seeds 1–10 uses; the name ``beamer`` itself is whatever
-that tuning chose.
+as the tuning on seeds 1–10 uses (a variant starts from the first design,
+``beamer-v1``); the name ``beamer`` itself is whatever that tuning chose.
 """
 
 from __future__ import annotations

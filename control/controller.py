@@ -388,7 +388,7 @@ class ScheduleState:
                 coflow.sent_bytes = min(coflow.total_bytes, coflow.sent_bytes + share)
                 coflow.view = None
 
-    def snapshot(self, now_s: float) -> Snapshot:
+    def snapshot(self, now_s: float, num_classes: int | None = None) -> Snapshot:
         coflows = [self.coflows[key].state() for key in self._order]
         experiments = {}
         for e_id, record in self.experiments.items():
@@ -414,6 +414,7 @@ class ScheduleState:
             port_capacity_bps=self.port_capacity_bps,
             coflows=tuple(coflows),
             experiments=experiments,
+            num_classes=num_classes,
         )
 
 
@@ -771,7 +772,7 @@ class Controller(EventHandler):
         phase = self.phase_s
         started = time.perf_counter()
         with self._lock:
-            snapshot = self.state.snapshot(self.now_s())
+            snapshot = self.state.snapshot(self.now_s(), self.config.queues)
             running = self.state.running_stages()
             self._scheduled = self._changes
         ranked_at = time.perf_counter()

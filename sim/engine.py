@@ -358,6 +358,7 @@ class Simulation:
             port_capacity_bps=self.capacity_bps,
             coflows=tuple(states),
             experiments=experiments,
+            num_classes=self.config.num_classes,
         )
 
     def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:

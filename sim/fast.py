@@ -349,6 +349,7 @@ class FastSimulation(Simulation):
             port_capacity_bps=self.capacity_bps,
             coflows=tuple(states),
             experiments=experiments,
+            num_classes=self.config.num_classes,
         )
 
     def _class_order(self) -> tuple[np.ndarray, ...]:

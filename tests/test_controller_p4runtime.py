@@ -306,6 +306,21 @@ def test_events_become_stage_and_coflow_entries(rig: Rig) -> None:
     assert status["switches"][0]["state"] == "ready"
 
 
+def test_the_policy_sees_the_switch_s_class_count(rig: Rig) -> None:
+    controller = rig.controller(queues=4)
+    seen: list[int | None] = []
+    rank = controller.policy.rank
+
+    def recording(snapshot: Snapshot) -> Ranking:
+        seen.append(snapshot.num_classes)
+        return rank(snapshot)
+
+    controller.policy.rank = recording
+    controller.start()
+    _start_experiment(controller, 1, [100, 300])
+    assert seen and set(seen) == {4}
+
+
 def test_policy_change_modifies_live_keys_without_deleting_them(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -321,6 +321,20 @@ def test_beamer_coflow_tail_orders_the_experiments_behind_per_coflow() -> None:
     assert get_policy("beamer-tail").rank(state).groups == ((b0,), (a0, a1))
 
 
+def test_beamer_tail_fits_keeps_experiment_groups_when_classes_are_scarce() -> None:
+    state, a0, a1, b0 = two_experiments()
+    fits = BeamerPolicy(coflow_tail=1, tail_fits=True)
+    tail = ((b0,), (a1,), (a0,))
+    # Unlimited classes, or enough for one group each (B, a1, a0): the per-coflow tail.
+    assert fits.rank(state).groups == tail
+    assert fits.rank(dataclasses.replace(state, num_classes=3)).groups == tail
+    # Two classes: a0 and a1 would share the last class anyway; A stays one group.
+    assert fits.rank(dataclasses.replace(state, num_classes=2)).groups == ((b0,), (a0, a1))
+    # Without the knob the class count is ignored.
+    scarce = dataclasses.replace(state, num_classes=2)
+    assert BeamerPolicy(coflow_tail=1).rank(scarce).groups == tail
+
+
 def test_warm_up_compiles_the_kernels_a_controller_ranks_with() -> None:
     # A controller calls this before it serves: in a fresh install the first compile
     # took over a second and delayed its first reaction past a run's first coflow.

@@ -11,8 +11,9 @@ import pytest
 
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import POLICIES, get_policy
+from control.policies.base import Ranking, Snapshot
 from sim import allocate, kernels
-from sim.engine import SimConfig, SimResult, simulate
+from sim.engine import FlowModel, SimConfig, SimResult, simulate
 from sim.fast import merge_flows
 from workloads import coflow_benchmark
 
@@ -126,6 +127,25 @@ def test_a_free_sender_is_not_held_back_by_a_loaded_one(model: SimConfig) -> Non
     result = simulate(workload, get_policy("fifo"), model)
     assert result.cct_s[CoflowKey(0, 0, 0, 0)] == pytest.approx(1.0, rel=1e-9)
     assert result.cct_s[CoflowKey(1, 0, 0, 0)] == pytest.approx(2.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_the_policy_sees_the_classes_its_ranking_is_mapped_onto(
+    flow_model: FlowModel, num_classes: int | None
+) -> None:
+    seen: list[int | None] = []
+    policy = get_policy("sincronia")
+    rank = policy.rank
+
+    def recording(snapshot: Snapshot) -> Ranking:
+        seen.append(snapshot.num_classes)
+        return rank(snapshot)
+
+    policy.rank = recording  # type: ignore[method-assign]
+    workload = Workload(4, GBIT, (shuffle(0, 0.0, (0,), {3: 1000}), shuffle(1, 0.5, (1,), {2: 10})))
+    simulate(workload, policy, SimConfig(num_classes=num_classes, flow_model=flow_model))
+    assert len(seen) >= 2 and set(seen) == {num_classes}
 
 
 def uneven_shuffles(seed: int, count: int = 24, hosts: int = 10) -> Workload:

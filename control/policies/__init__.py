@@ -14,11 +14,11 @@ from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
 from control.policies.beamer import (
-    BeamerPolicy,
     BeamerStagePolicy,
     BeamerTailPolicy,
     BeamerV1Policy,
     add_iterations,
+    chosen_beamer,
 )
 from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
@@ -28,7 +28,7 @@ from control.policies.sincronia import SincroniaPolicy
 from control.policies.varys import VarysPolicy
 
 POLICIES: dict[str, Callable[[], BasePolicy]] = {
-    "beamer": BeamerPolicy,
+    "beamer": chosen_beamer,
     "beamer-v1": BeamerV1Policy,
     "beamer-stage": BeamerStagePolicy,
     "beamer-tail": BeamerTailPolicy,

@@ -60,6 +60,9 @@ class Snapshot:
     port_capacity_bps: tuple[float, ...]
     coflows: tuple[CoflowState, ...]
     experiments: Mapping[int, ExperimentState] = field(default_factory=dict)
+    num_classes: int | None = None
+    """Priority classes the ranking will be mapped onto (None: one per group). Most
+    policies ignore it; a policy may rank differently when classes are scarce."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,9 +87,11 @@ class _UnitDemand:
 
 
 class BeamerPolicy(BasePolicy):
-    """Experiments by BSSI on their remaining demand; the defaults are the chosen policy.
+    """Experiments by BSSI on their remaining demand.
 
-    Knobs (each measured in docs/results.md; the defaults won on the tuning seeds):
+    The defaults are the first design (``beamer-v1``); the registered ``beamer`` is
+    :func:`chosen_beamer`, what won on the tuning seeds. Knobs (each measured in
+    docs/results.md):
 
     * ``future_stages``: count the stages not yet released; ``future_weight`` scales them.
     * ``ordering``: BSSI on the demand vectors, or the busiest port alone.
@@ -103,6 +105,9 @@ class BeamerPolicy(BasePolicy):
       critical path (seconds × link rate × this weight).
     * ``coflow_tail``: keep the first ``coflow_tail`` experiment groups; the coflows of
       every experiment ranked behind them follow in Sincronia's per-coflow BSSI order.
+    * ``tail_fits``: apply ``coflow_tail`` only when the snapshot's classes give every
+      group of it a class of its own (quantised, the tail's order would be lost in the
+      last class, while whole experiments in order survive quantisation).
     """
 
     name: ClassVar[str] = "beamer"
@@ -119,8 +124,10 @@ class BeamerPolicy(BasePolicy):
         stage_exponent: float = 0.0,
         compute_weight: float = 0.0,
         coflow_tail: int | None = None,
+        tail_fits: bool = False,
     ) -> None:
         self.coflow_tail = coflow_tail
+        self.tail_fits = tail_fits
         self.compute_weight = compute_weight
         self.stage_exponent = stage_exponent
         self.merge_ratio = merge_ratio
@@ -345,15 +352,30 @@ class BeamerPolicy(BasePolicy):
                 groups.append(critical_first)
                 head_s = float(load_s[index])
         if self.coflow_tail is not None and len(groups) > self.coflow_tail:
-            # Behind the first experiments, one group per coflow in per-coflow BSSI order.
-            tail_keys = {key for group in groups[self.coflow_tail :] for key in group}
-            behind = [c for c in snapshot.coflows if c.key in tail_keys]
-            tail_order = bssi_order(demand_matrix(behind, len(snapshot.port_capacity_bps)))
-            groups = [*groups[: self.coflow_tail], *((behind[i].key,) for i in tail_order)]
+            groups = self._with_coflow_tail(groups, self.coflow_tail, snapshot)
         if self.max_groups is not None and len(groups) > self.max_groups:
             tail = tuple(key for group in groups[self.max_groups - 1 :] for key in group)
             groups = [*groups[: self.max_groups - 1], tail]
         return Ranking(tuple(groups))
+
+    def _with_coflow_tail(
+        self, groups: list[tuple[CoflowKey, ...]], keep: int, snapshot: Snapshot
+    ) -> list[tuple[CoflowKey, ...]]:
+        """The first ``keep`` groups, then every other coflow alone in per-coflow BSSI
+        order; with ``tail_fits``, unchanged when the classes are too few for that."""
+        tail_keys = {key for group in groups[keep:] for key in group}
+        behind = [c for c in snapshot.coflows if c.key in tail_keys]
+        classes = snapshot.num_classes
+        if self.tail_fits and classes is not None and keep + len(behind) > classes:
+            return groups
+        tail_order = bssi_order(demand_matrix(behind, len(snapshot.port_capacity_bps)))
+        return [*groups[:keep], *((behind[i].key,) for i in tail_order)]
+
+
+def chosen_beamer() -> BeamerPolicy:
+    """``beamer``: the first design, with the coflows behind its first two experiments in
+    per-coflow order whenever the classes give each of them one (docs/results.md)."""
+    return BeamerPolicy(coflow_tail=2, tail_fits=True)
 
 
 class BeamerV1Policy(BeamerPolicy):
