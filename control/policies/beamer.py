@@ -8,7 +8,11 @@ demand they still have to put on the network — the running stage's
 remaining iterations plus the stages successive halving will still run — with
 Sincronia's BSSI on those per-port demand vectors, and gives each experiment
 one priority group. Inside a group the critical trial (most remaining bytes
-in the stage) comes first.
+in the stage) comes first. Behind the first two experiments, when the
+classes suffice to give every waiting coflow one of its own, the waiting
+coflows follow one by one in Sincronia's per-coflow order: the largest
+experiments then no longer wait whole behind the smaller ones, which had
+made Beamer's p99 SCT 10 % worse than Sincronia's.
 
 ``beamer-stage`` (the ablation) ranks stages by their own remaining demand,
 forgetting the future stages.
