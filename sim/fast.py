@@ -120,8 +120,20 @@ class FastSimulation(Simulation):
         """Per coflow row: 1 if a flow of it moved since the last flush."""
         self._moved_uids: set[int] = set()
         """Coflows that moved since the last snapshot (flushed rows)."""
-        self._moving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._moving: np.ndarray | None = None
+        """The entries with a rate (None: not known, find them in the rates)."""
+        self._row_rate: np.ndarray | None = None
+        self._flow_start = np.zeros(1, dtype=np.int64)
+        """Per coflow row: where its flows start in ``_flows`` (they are contiguous)."""
+        self._in_entry_order = np.zeros(0, dtype=np.bool_)
+        self._done = np.zeros(0, dtype=np.int64)
+        self._num_done = -1
+        """Entries found done by the last :meth:`_advance` (-1: it did not run)."""
         self._scratch = np.zeros(0)
+        self._work = kernels.Scratch()
+        self._check_all = False
+        """True when an entry may have completed without moving (a released flow's size is
+        within its completion tolerance): the next check looks at every entry."""
         self._classes: tuple[np.ndarray, ...] | None = None
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
@@ -150,9 +162,20 @@ class FastSimulation(Simulation):
             self._row = np.searchsorted(self._uids, self._owner)
             self._sent = np.array([self._coflows[u].sent_bytes for u in self._uids.tolist()])
             self._dirty = np.zeros(len(self._uids), dtype=np.uint8)
+            flow_rows = self._row[self._flows]
+            if len(flow_rows) and (np.diff(flow_rows) < 0).any():
+                raise RuntimeError("the flows of a coflow are not contiguous")
+            self._flow_start = np.zeros(len(self._uids) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(flow_rows, minlength=len(self._uids)), out=self._flow_start[1:])
+            # A row whose flows are its entries in entry order, one each: its sums can run
+            # over its moving entries.
+            repeats = np.flatnonzero(np.diff(self._flows) <= 0)
+            same_row = flow_rows[repeats] == flow_rows[repeats + 1]
+            self._in_entry_order = np.ones(len(self._uids), dtype=np.bool_)
+            self._in_entry_order[flow_rows[repeats[same_row]]] = False
             self._classes = None
             self._members = None
-            self._moving = None
+            self._row_rate = None
             self._threshold_rows = None
         return self._uids, self._row
 
@@ -161,6 +184,7 @@ class FastSimulation(Simulation):
         self._flows = new_index[self._flows[keep[self._flows]]]
         super()._keep_rows(keep)
         self._tol = self._tol[keep]
+        self._moving = None
 
     def _flush_sent(self) -> None:
         """Copy the sent bytes of the rows that moved into their coflows' ``sent_bytes``."""
@@ -180,12 +204,12 @@ class FastSimulation(Simulation):
         self._flush_sent()
         self._uids = None
         self._classes = None
-        self._moving = None
+        self._row_rate = None
         self._threshold_rows = None
 
     def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
         self._forget_rows()
-        offset = len(self._owner)
+        offset = first_new = len(self._owner)
         flows = [self._flows]
         for entry_src, entry_of_flow in zip(parts[0], parts[6], strict=True):
             flows.append(entry_of_flow + offset)
@@ -196,10 +220,22 @@ class FastSimulation(Simulation):
         self._rates = np.concatenate([self._rates, np.zeros(len(self._owner) - len(self._rates))])
         tolerance = np.maximum(self._size * COMPLETION_TOLERANCE, 1e-3)
         self._tol = np.where(self._mult > 0, tolerance, -1.0)
+        if (self._remaining[first_new:] <= self._tol[first_new:]).any():
+            self._check_all = True
 
     def _finish_flows(self) -> bool:
         """As :meth:`Simulation._finish_flows`, but finished entries only get ``mult`` 0."""
-        done = kernels.completed(self._remaining, self._tol)
+        if self._check_all:
+            done = kernels.completed(
+                self._remaining, self._tol, np.arange(len(self._remaining), dtype=np.int64)
+            )
+            self._check_all = False
+        elif self._num_done > 0:
+            # Only an entry that moved can have completed; the advance listed them.
+            done = np.sort(self._done[: self._num_done])
+        else:
+            done = self._done[:0]
+        self._num_done = -1
         if len(done) == 0:
             return False
         finished_owners = self._owner[done]
@@ -211,7 +247,7 @@ class FastSimulation(Simulation):
         self._tol[done] = -1.0
         if self._classes is not None:
             self._classes[5][self._classes[2][done]] = 0.0
-        self._moving = None
+        self._row_rate = None
         self._dead += len(done)
         uids = np.unique(finished_owners)
         counts = np.bincount(np.searchsorted(uids, finished_owners), finished_flows, len(uids))
@@ -236,43 +272,49 @@ class FastSimulation(Simulation):
         self._classes = None
         self._threshold_rows = None
 
-    def _moving_flows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """At the current rates: the moving entries, their flows (in flow order) and each
-        coflow row's rate (the per-flow model's sum over its flows)."""
+    def _moving_entries(self) -> np.ndarray:
+        """The entries with a rate (from the allocation, else found in the rates)."""
         if self._moving is None:
-            _, rows = self._rows()
-            self._moving = kernels.moving_flows(self._rates, rows, self._flows, len(self._sent))
+            self._moving = np.flatnonzero(self._rates > 0.0)
         return self._moving
 
     def _advance(self, until_s: float) -> None:
         dt = until_s - self.now_s
         if dt > 0 and len(self._remaining):
             _, rows = self._rows()
-            moving, flows, _ = self._moving_flows()
+            moving = self._moving_entries()
             if len(self._scratch) < len(self._remaining):
                 self._scratch = np.zeros(2 * len(self._remaining))
+                self._done = np.zeros(2 * len(self._remaining), dtype=np.int64)
             if self.config.record_intervals:
                 self.result.intervals.append(
                     Interval.of_moving(
                         self.now_s, until_s, self._flow_id, self._src, self._dst, self._rates
                     )
                 )
-            self.result.delivered_bytes += kernels.advance(
+            delivered, self._num_done = kernels.advance(
                 self._rates,
                 self._remaining,
                 self._mult,
+                self._tol,
                 rows,
                 moving,
-                flows,
+                self._in_entry_order,
+                self._flow_start,
+                self._flows,
                 self._scratch,
                 self._sent,
                 self._dirty,
+                self._done,
                 dt,
             )
+            self.result.delivered_bytes += delivered
         self.now_s = until_s
 
     def _flow_end_s(self) -> float:
-        return self.now_s + kernels.first_completion_s(self._rates, self._remaining)
+        return self.now_s + kernels.first_completion_s(
+            self._rates, self._remaining, self._moving_entries()
+        )
 
     def _next_threshold_s(self) -> float:
         """The first instant a coflow's sent bytes reach its re-ranking threshold."""
@@ -286,7 +328,12 @@ class FastSimulation(Simulation):
                 if threshold is not None:
                     thresholds[row] = threshold
             self._threshold_rows = thresholds
-        coflow_rate = self._moving_flows()[2]
+        if self._row_rate is None:
+            _, rows = self._rows()
+            self._row_rate = kernels.row_rates(
+                self._rates, rows, self._moving_entries(), self._flow_start, self._flows, len(uids)
+            )
+        coflow_rate = self._row_rate
         return float(
             kernels.first_threshold_s(self._threshold_rows, self._sent, coflow_rate, self.now_s)
         )
@@ -363,37 +410,55 @@ class FastSimulation(Simulation):
             order, starts = kernels.class_order(coflow_classes[rows])
             position = np.empty(len(order), dtype=np.int64)
             position[order] = np.arange(len(order))
+            dst_sorted = self._dst[order]
             self._classes = (
                 order,
                 starts,
                 position,
                 self._src[order],
-                self._dst[order],
+                dst_sorted,
                 self._mult[order].astype(float),
                 coflow_classes,
                 ranks,
+                kernels.run_ends(dst_sorted, starts),
             )
         return self._classes
 
     def _allocate(self) -> None:
-        self._moving = None
+        self._row_rate = None
         if len(self._owner) == 0:
             self._rates = np.zeros(0)
+            self._moving = None
             return
         uids, rows = self._rows()  # first: it may drop finished entries
         classes = self._class_order()
-        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks = classes
+        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks, run_end = (
+            classes
+        )
         if self.allocator == "priority":
-            self._rates = kernels.maxmin_ordered(
+            # Only the entries that moved have a rate to clear.
+            if len(self._rates) != len(order):
+                self._rates = np.zeros(len(order))
+            elif self._moving is None:
+                self._rates[:] = 0.0
+            else:
+                self._rates[self._moving] = 0.0
+            moving = kernels.maxmin_into(
                 src_sorted,
                 dst_sorted,
                 mult_sorted,
                 order,
                 starts,
-                self.capacity,
+                run_end,
+                self.capacity.copy(),
                 self._saturated_below,
+                self._rates,
+                self._work,
             )
-        elif self.allocator == "madd":
+            self._moving = moving.copy()
+            return
+        self._moving = None
+        if self.allocator == "madd":
             if self._members is None:
                 # Each coflow's flows in flow order, as the reference's stable sort by coflow.
                 by_row = np.argsort(rows[self._flows], kind="stable")
@@ -413,6 +478,8 @@ class FastSimulation(Simulation):
                 mult_sorted,
                 self.capacity,
                 self._saturated_below,
+                run_end,
+                self._work,
             )
         else:
             flow_class = coflow_classes[rows]
