@@ -106,8 +106,12 @@ class FastSimulation(Simulation):
         policy: BasePolicy,
         config: SimConfig | None = None,
         progress: Callable[[float], None] | None = None,
+        *,
+        verify: bool = False,
     ) -> None:
         super().__init__(workload, policy, config, progress)
+        self.verify = verify
+        """Check every incremental allocation against one from scratch (for tests)."""
         self._merge = self.allocator != "greedy" and not self.config.record_intervals
         self._saturated_below = self.capacity * RELATIVE_TOLERANCE
         self._flows = np.zeros(0, dtype=np.int64)
@@ -131,6 +135,14 @@ class FastSimulation(Simulation):
         """Entries found done by the last :meth:`_advance` (-1: it did not run)."""
         self._scratch = np.zeros(0)
         self._work = kernels.Scratch()
+        self._bounds = np.zeros((0, self.num_ports))
+        """Per class of the class order: the residual capacities at its start."""
+        self._moving_start = np.zeros(0, dtype=np.int64)
+        """Per class: where its entries start in the moving list."""
+        self._reached = 0
+        """Classes whose start the last filling recorded (below, every port was full)."""
+        self._first_changed = 0
+        """The highest class whose entries changed since the last allocation."""
         self._check_all = False
         """True when an entry may have completed without moving (a released flow's size is
         within its completion tolerance): the next check looks at every entry."""
@@ -246,7 +258,10 @@ class FastSimulation(Simulation):
         self._mult[done] = 0
         self._tol[done] = -1.0
         if self._classes is not None:
-            self._classes[5][self._classes[2][done]] = 0.0
+            positions = self._classes[2][done]
+            self._classes[5][positions] = 0.0
+            first = int(np.searchsorted(self._classes[1], positions.min(), side="right")) - 1
+            self._first_changed = min(self._first_changed, first)
         self._row_rate = None
         self._dead += len(done)
         uids = np.unique(finished_owners)
@@ -422,7 +437,74 @@ class FastSimulation(Simulation):
                 ranks,
                 kernels.run_ends(dst_sorted, starts),
             )
+            num_classes = len(starts) - 1
+            if len(self._bounds) < num_classes:
+                self._bounds = np.empty((2 * num_classes, self.num_ports))
+                self._moving_start = np.empty(2 * num_classes, dtype=np.int64)
+            self._reached = 0
+            self._first_changed = 0
         return self._classes
+
+    def _allocate_priority(self, classes: tuple[np.ndarray, ...]) -> None:
+        """Strict priority, max-min inside a class, from the highest class that changed.
+
+        The classes above it have the same entries and the same capacities as in the
+        last allocation, hence the same rates (the same arithmetic); the filling
+        restarts from the residual capacities recorded at that class's start."""
+        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        run_end = classes[8]
+        first = self._first_changed
+        self._first_changed = len(starts) - 1
+        if self._moving is None or len(self._rates) != len(order):
+            first = 0
+        if first >= self._reached and first > 0:
+            return  # every port was full above the classes that changed: no rate moves
+        keep = int(self._moving_start[first]) if first > 0 else 0
+        previous = self._moving
+        if len(self._rates) != len(order):
+            self._rates = np.zeros(len(order))
+        elif previous is None:
+            self._rates[:] = 0.0
+        else:
+            # Only the entries that moved have a rate to clear.
+            self._rates[previous[keep:]] = 0.0
+        work = self._work.fit(len(order))
+        if keep:
+            assert previous is not None
+            work.moving[:keep] = previous[:keep]
+        residual = self._bounds[first].copy() if first > 0 else self.capacity.copy()
+        moving, self._reached = kernels.maxmin_into(
+            src_sorted,
+            dst_sorted,
+            mult_sorted,
+            order,
+            starts,
+            run_end,
+            residual,
+            self._saturated_below,
+            self._rates,
+            work,
+            first,
+            keep,
+            self._bounds,
+            self._moving_start,
+        )
+        self._moving = moving.copy()
+
+    def _check_allocation(self, classes: tuple[np.ndarray, ...]) -> None:
+        """Raise if the rates or the moving list differ from a filling from scratch."""
+        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        expected = kernels.maxmin_ordered(
+            src_sorted, dst_sorted, mult_sorted, order, starts, self.capacity, self._saturated_below
+        )
+        if not np.array_equal(self._rates, expected):
+            wrong = np.flatnonzero(self._rates != expected)
+            raise RuntimeError(f"incremental allocation differs at {len(wrong)} entries")
+        assert self._moving is not None
+        if not np.array_equal(np.sort(self._moving), np.flatnonzero(expected > 0.0)):
+            raise RuntimeError("incremental allocation lists the wrong moving entries")
+        if (np.diff(classes[2][self._moving]) <= 0).any():
+            raise RuntimeError("the moving entries are not in class order")
 
     def _allocate(self) -> None:
         self._row_rate = None
@@ -436,26 +518,9 @@ class FastSimulation(Simulation):
             classes
         )
         if self.allocator == "priority":
-            # Only the entries that moved have a rate to clear.
-            if len(self._rates) != len(order):
-                self._rates = np.zeros(len(order))
-            elif self._moving is None:
-                self._rates[:] = 0.0
-            else:
-                self._rates[self._moving] = 0.0
-            moving = kernels.maxmin_into(
-                src_sorted,
-                dst_sorted,
-                mult_sorted,
-                order,
-                starts,
-                run_end,
-                self.capacity.copy(),
-                self._saturated_below,
-                self._rates,
-                self._work,
-            )
-            self._moving = moving.copy()
+            self._allocate_priority(classes)
+            if self.verify:
+                self._check_allocation(classes)
             return
         self._moving = None
         if self.allocator == "madd":

@@ -40,7 +40,11 @@ def _maxmin_classes(
     live: np.ndarray,
     by_port: np.ndarray,
     frozen: np.ndarray,
-) -> int:  # pragma: no cover - compiled
+    first_class: int,
+    num_moving: int,
+    bounds: np.ndarray,
+    moving_start: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
     """Progressive filling class by class, as :func:`sim.allocate.priority_maxmin`.
 
     Each round raises every live flow of the class by the smallest fair share
@@ -65,6 +69,15 @@ def _maxmin_classes(
     positions' order) and their count is returned. ``live`` (one slot per entry),
     ``by_port`` (two) and ``frozen`` (one, all False, left so) are scratch, kept by
     the caller: fresh arrays of that size on every call cost page faults.
+
+    Strict priority makes a class's rates depend only on the classes above it, so
+    the filling can start at ``first_class`` from its recorded state: ``residual``
+    must then be the residual capacities at that class's start, and the first
+    ``num_moving`` slots of ``moving`` the moving entries of the classes above. If
+    ``bounds`` has rows, the residual capacities at the start of each class k
+    filled are recorded in ``bounds[k]`` and its first slot in ``moving`` in
+    ``moving_start[k]``. Returns the number of moving entries and the number of
+    classes whose start was recorded (the filling stops where every port is full).
     """
     num_ports = len(residual)
     load = np.zeros(num_ports)
@@ -75,13 +88,18 @@ def _maxmin_classes(
     port_fill = np.zeros(num_ports, dtype=np.int64)
     is_open = residual > saturated_below
     open_count = 0
-    num_moving = 0
+    record = bounds.shape[0] > 0
+    reached = first_class
     for p in range(num_ports):
         if is_open[p]:
             open_count += 1
-    for k in range(len(starts) - 1):
+    for k in range(first_class, len(starts) - 1):
         if open_count == 0:
             break
+        if record:
+            bounds[k, :] = residual
+            moving_start[k] = num_moving
+        reached = k + 1
         n = 0
         nt = 0
         i = starts[k]
@@ -173,7 +191,7 @@ def _maxmin_classes(
             p = touched[t]
             load[p] = 0.0
             full[p] = False
-    return num_moving
+    return num_moving, reached
 
 
 class Scratch:
@@ -206,11 +224,18 @@ def maxmin_into(
     saturated_below: np.ndarray,
     rates: np.ndarray,
     scratch: Scratch,
-) -> np.ndarray:
+    first_class: int = 0,
+    num_moving: int = 0,
+    bounds: np.ndarray | None = None,
+    moving_start: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
     """:func:`_maxmin_classes` with ``scratch``'s arrays; returns the moving entries (a
-    view into ``scratch``, valid until its next use)."""
+    view into ``scratch``, valid until its next use) and the classes reached."""
     scratch.fit(len(order))
-    count = _maxmin_classes(
+    if bounds is None or moving_start is None:
+        bounds = np.zeros((0, len(residual)))
+        moving_start = np.zeros(0, dtype=np.int64)
+    count, reached = _maxmin_classes(
         src_sorted,
         dst_sorted,
         mult_sorted,
@@ -224,8 +249,12 @@ def maxmin_into(
         scratch.live,
         scratch.by_port,
         scratch.frozen,
+        first_class,
+        num_moving,
+        bounds,
+        moving_start,
     )
-    return scratch.moving[:count]
+    return scratch.moving[:count], reached
 
 
 def run_ends(dst_sorted: np.ndarray, starts: np.ndarray) -> np.ndarray:
