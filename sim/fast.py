@@ -264,9 +264,12 @@ class FastSimulation(Simulation):
             self._first_changed = min(self._first_changed, first)
         self._row_rate = None
         self._dead += len(done)
-        uids = np.unique(finished_owners)
-        counts = np.bincount(np.searchsorted(uids, finished_owners), finished_flows, len(uids))
-        for uid, count in zip(uids.tolist(), counts.astype(np.int64).tolist(), strict=True):
+        # Usually one or two entries: plain Python beats numpy's call overhead here.
+        finished: dict[int, int] = {}
+        for uid, count in zip(finished_owners.tolist(), finished_flows.tolist(), strict=True):
+            finished[uid] = finished.get(uid, 0) + count
+        for uid in sorted(finished):
+            count = finished[uid]
             coflow = self._coflows[uid]
             coflow.flows_left -= count
             if coflow.flows_left == 0:
