@@ -130,6 +130,10 @@ class FastSimulation(Simulation):
         self._flow_start = np.zeros(1, dtype=np.int64)
         """Per coflow row: where its flows start in ``_flows`` (they are contiguous)."""
         self._in_entry_order = np.zeros(0, dtype=np.bool_)
+        """Per coflow row: its flows are its entries in entry order, one each, so that its
+        sums over flows can run over its entries."""
+        self._entry_in_order = np.zeros(0, dtype=np.bool_)
+        """Per entry: that of its coflow."""
         self._done = np.zeros(0, dtype=np.int64)
         self._num_done = -1
         """Entries found done by the last :meth:`_advance` (-1: it did not run)."""
@@ -174,17 +178,13 @@ class FastSimulation(Simulation):
             self._row = np.searchsorted(self._uids, self._owner)
             self._sent = np.array([self._coflows[u].sent_bytes for u in self._uids.tolist()])
             self._dirty = np.zeros(len(self._uids), dtype=np.uint8)
+            # Released in uid order, each coflow's flows are contiguous in _flows.
             flow_rows = self._row[self._flows]
-            if len(flow_rows) and (np.diff(flow_rows) < 0).any():
-                raise RuntimeError("the flows of a coflow are not contiguous")
             self._flow_start = np.zeros(len(self._uids) + 1, dtype=np.int64)
             np.cumsum(np.bincount(flow_rows, minlength=len(self._uids)), out=self._flow_start[1:])
-            # A row whose flows are its entries in entry order, one each: its sums can run
-            # over its moving entries.
-            repeats = np.flatnonzero(np.diff(self._flows) <= 0)
-            same_row = flow_rows[repeats] == flow_rows[repeats + 1]
-            self._in_entry_order = np.ones(len(self._uids), dtype=np.bool_)
-            self._in_entry_order[flow_rows[repeats[same_row]]] = False
+            self._in_entry_order = self._entry_in_order[self._flows[self._flow_start[:-1]]]
+            if self.verify and (np.diff(flow_rows) < 0).any():
+                raise RuntimeError("the flows of a coflow are not contiguous")
             self._classes = None
             self._members = None
             self._row_rate = None
@@ -196,6 +196,7 @@ class FastSimulation(Simulation):
         self._flows = new_index[self._flows[keep[self._flows]]]
         super()._keep_rows(keep)
         self._tol = self._tol[keep]
+        self._entry_in_order = self._entry_in_order[keep]
         self._moving = None
 
     def _flush_sent(self) -> None:
@@ -223,10 +224,16 @@ class FastSimulation(Simulation):
         self._forget_rows()
         offset = first_new = len(self._owner)
         flows = [self._flows]
+        in_order = [self._entry_in_order]
         for entry_src, entry_of_flow in zip(parts[0], parts[6], strict=True):
             flows.append(entry_of_flow + offset)
             offset += len(entry_src)
+            simple = len(entry_of_flow) == len(entry_src) and bool(
+                (entry_of_flow[1:] > entry_of_flow[:-1]).all()
+            )
+            in_order.append(np.full(len(entry_src), simple))
         self._flows = np.concatenate(flows)
+        self._entry_in_order = np.concatenate(in_order)
         super()._append_rows(parts)
         # New entries move from the next allocation on; until then they have no rate.
         self._rates = np.concatenate([self._rates, np.zeros(len(self._owner) - len(self._rates))])

@@ -257,18 +257,20 @@ def maxmin_into(
     return scratch.moving[:count], reached
 
 
-def run_ends(dst_sorted: np.ndarray, starts: np.ndarray) -> np.ndarray:
+@njit(cache=True, nogil=True)
+def run_ends(dst_sorted: np.ndarray, starts: np.ndarray) -> np.ndarray:  # pragma: no cover
     """For each sorted position, the end of the run of positions with its receiver, cut
     at class boundaries (see :func:`_maxmin_classes`)."""
-    count = len(dst_sorted)
-    new_run = np.zeros(count + 1, dtype=bool)
-    new_run[starts] = True
-    if count > 1:
-        new_run[1:count] |= dst_sorted[1:] != dst_sorted[:-1]
-    new_run[count] = True
-    boundaries = np.flatnonzero(new_run)
-    run = np.cumsum(new_run[:count]) - 1
-    return boundaries[run + 1].astype(np.int64)
+    out = np.empty(len(dst_sorted), dtype=np.int64)
+    for k in range(len(starts) - 1):
+        end = starts[k + 1]
+        j = end - 1
+        while j >= starts[k]:
+            out[j] = end
+            if j > starts[k] and dst_sorted[j - 1] != dst_sorted[j]:
+                end = j
+            j -= 1
+    return out
 
 
 def class_order(flow_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

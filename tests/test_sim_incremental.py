@@ -114,3 +114,16 @@ def test_the_check_catches_a_wrong_refill() -> None:
 
     with pytest.raises(RuntimeError, match="incremental allocation"):
         Wrong(workload, get_policy("fifo"), SimConfig(), verify=True).run()
+
+
+def test_run_ends_mark_each_receiver_run_within_its_class() -> None:
+    rng = np.random.default_rng(3)
+    dst = rng.integers(0, 3, 200)
+    starts = np.array([0, 17, 17, 90, 150, 200])
+    ends = kernels.run_ends(dst, starts)
+    for j in range(len(dst)):
+        end = int(starts[np.searchsorted(starts, j, side="right")])
+        expected = j + 1
+        while expected < end and dst[expected] == dst[j]:
+            expected += 1
+        assert ends[j] == expected, j
