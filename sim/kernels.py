@@ -38,6 +38,7 @@ def _maxmin_classes(
     rates: np.ndarray,
     moving: np.ndarray,
     live: np.ndarray,
+    pending: np.ndarray,
     by_port: np.ndarray,
     frozen: np.ndarray,
     first_class: int,
@@ -66,9 +67,16 @@ def _maxmin_classes(
 
     Only the entries that get a rate are written: ``rates`` must be zero
     elsewhere. Those entries go to ``moving`` in class order (the sorted
-    positions' order) and their count is returned. ``live`` (one slot per entry),
-    ``by_port`` (two) and ``frozen`` (one, all False, left so) are scratch, kept by
-    the caller: fresh arrays of that size on every call cost page faults.
+    positions' order) and their count is returned. ``live`` and ``pending`` (one slot
+    per entry), ``by_port`` (two) and ``frozen`` (one, all False, left so) are
+    scratch, kept by the caller: fresh arrays of that size on every call cost page
+    faults.
+
+    A round freezes the entries at the ports it fills. While a round freezes a good
+    share of the entries still growing, a sweep over those entries finds them (and
+    keeps the rest); once rounds freeze few, the entries are sorted by port once
+    and each filled port's entries are visited directly. Either way the same
+    entries freeze at the same level and the loads lose the same whole counts.
 
     Strict priority makes a class's rates depend only on the classes above it, so
     the filling can start at ``first_class`` from its recorded state: ``residual``
@@ -124,28 +132,12 @@ def _maxmin_classes(
             i += 1
         if n == 0:
             continue
-        # Each touched port's live flows, contiguous (counting sort by port).
-        for t in range(nt):
-            port_fill[touched[t]] = 0
         for j in range(n):
-            i = live[j]
-            port_fill[src[i]] += 1
-            port_fill[dst[i]] += 1
-        total = 0
-        for t in range(nt):
-            p = touched[t]
-            port_start[p] = total
-            total += port_fill[p]
-            port_fill[p] = port_start[p]
-        for j in range(n):
-            i = live[j]
-            by_port[port_fill[src[i]]] = i
-            port_fill[src[i]] += 1
-            by_port[port_fill[dst[i]]] = i
-            port_fill[dst[i]] += 1
+            pending[j] = live[j]
+        num_pending = n
+        by_ports = False
         level = 0.0
-        remaining_live = n
-        while remaining_live > 0:
+        while num_pending > 0:
             step = np.inf
             for t in range(nt):
                 p = touched[t]
@@ -170,19 +162,53 @@ def _maxmin_classes(
                     is_open[p] = False
                     filled[nf] = p
                     nf += 1
-            for f in range(nf):
-                p = filled[f]
-                # port_fill[p] is now the end of p's slice in by_port.
-                for j in range(port_start[p], port_fill[p]):
-                    i = by_port[j]
-                    if frozen[i]:
-                        continue
-                    frozen[i] = True
+            if by_ports:
+                for f in range(nf):
+                    p = filled[f]
+                    # port_fill[p] is now the end of p's slice in by_port.
+                    for j in range(port_start[p], port_fill[p]):
+                        i = by_port[j]
+                        if frozen[i]:
+                            continue
+                        frozen[i] = True
+                        rates[order[i]] = level
+                        num_pending -= 1
+                        load[src[i]] -= mult[i]
+                        load[dst[i]] -= mult[i]
+                    load[p] = 0.0
+                continue
+            kept = 0
+            for j in range(num_pending):
+                i = pending[j]
+                if is_open[src[i]] and is_open[dst[i]]:
+                    pending[kept] = i
+                    kept += 1
+                else:
                     rates[order[i]] = level
-                    remaining_live -= 1
                     load[src[i]] -= mult[i]
                     load[dst[i]] -= mult[i]
-                load[p] = 0.0
+            if kept > 0 and 8 * (num_pending - kept) < num_pending:
+                # Few froze: sort the rest by port (counting sort), visit filled ports.
+                by_ports = True
+                for t in range(nt):
+                    port_fill[touched[t]] = 0
+                for j in range(kept):
+                    i = pending[j]
+                    port_fill[src[i]] += 1
+                    port_fill[dst[i]] += 1
+                total = 0
+                for t in range(nt):
+                    p = touched[t]
+                    port_start[p] = total
+                    total += port_fill[p]
+                    port_fill[p] = port_start[p]
+                for j in range(kept):
+                    i = pending[j]
+                    by_port[port_fill[src[i]]] = i
+                    port_fill[src[i]] += 1
+                    by_port[port_fill[dst[i]]] = i
+                    port_fill[dst[i]] += 1
+            num_pending = kept
         for j in range(n):
             frozen[live[j]] = False
             moving[num_moving] = order[live[j]]
@@ -200,6 +226,7 @@ class Scratch:
     def __init__(self) -> None:
         self.moving = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=np.int64)
+        self.pending = np.zeros(0, dtype=np.int64)
         self.by_port = np.zeros(0, dtype=np.int64)
         self.frozen = np.zeros(0, dtype=np.bool_)
 
@@ -208,6 +235,7 @@ class Scratch:
             size = max(2 * count, 1024)
             self.moving = np.zeros(size, dtype=np.int64)
             self.live = np.zeros(size, dtype=np.int64)
+            self.pending = np.zeros(size, dtype=np.int64)
             self.by_port = np.zeros(2 * size, dtype=np.int64)
             self.frozen = np.zeros(size, dtype=np.bool_)
         return self
@@ -247,6 +275,7 @@ def maxmin_into(
         rates,
         scratch.moving,
         scratch.live,
+        scratch.pending,
         scratch.by_port,
         scratch.frozen,
         first_class,
