@@ -473,10 +473,10 @@ class FastSimulation(Simulation):
         previous = self._moving
         if len(self._rates) != len(order):
             self._rates = np.zeros(len(order))
-        elif previous is None:
-            self._rates[:] = 0.0
+        elif previous is None or keep == 0:
+            self._rates.fill(0.0)
         else:
-            # Only the entries that moved have a rate to clear.
+            # Only the entries that moved below the kept classes have a rate to clear.
             self._rates[previous[keep:]] = 0.0
         work = self._work.fit(len(order))
         if keep:
