@@ -13,9 +13,10 @@ Three workloads, every policy:
 * ``hp-tuning``: an HP-tuning workload of 2,068 coflows; fast against per-flow (the
   model every HP-tuning run used before), goal: 4× faster.
 
-Times are wall clock, median of ``--repeats`` runs for the fast model and of
-``--reference-repeats`` for the reference (default 1: it is the slow one). The first
-call compiles the kernels (numba caches them on disk); a warm-up run comes first.
+Times are wall clock and CPU time of this process, median of ``--repeats`` runs for
+the fast model and of ``--reference-repeats`` for the reference (default 1: it is the
+slow one); on a shared machine the CPU time is the steadier figure. The first call
+compiles the kernels (numba caches them on disk); a warm-up run comes first.
 ``--quick`` shrinks every workload.
 """
 
@@ -38,16 +39,20 @@ GOALS = {"offline_wall_s": 3.0, "fb2010_wall_s": 10.0, "hp_tuning_speedup": 4.0}
 
 def timed(
     workload: Workload, policy: str, repeats: int, flow_model: FlowModel
-) -> tuple[float, SimResult]:
-    """Median wall time over ``repeats`` runs (results are identical run to run)."""
+) -> tuple[float, float, SimResult]:
+    """Median wall time and median CPU time of this process over ``repeats`` runs (results
+    are identical run to run; on a shared machine the CPU time is the steadier figure)."""
     walls = []
+    cpus = []
     result = None
     for _ in range(repeats):
         started = time.perf_counter()
+        started_cpu = time.process_time()
         result = simulate(workload, get_policy(policy), SimConfig(flow_model=flow_model))
         walls.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - started_cpu)
     assert result is not None
-    return statistics.median(walls), result
+    return statistics.median(walls), statistics.median(cpus), result
 
 
 def avg_cct_s(result: SimResult) -> float:
@@ -75,31 +80,39 @@ def compare(
     the per-flow reference's with the ratio and the CCT deviation."""
     figures: dict[str, dict[str, float]] = {}
     for name in policies:
-        wall_s, result = timed(workload, name, repeats, "fast")
+        wall_s, cpu_s, result = timed(workload, name, repeats, "fast")
         row = {
             "wall_s": wall_s,
+            "cpu_s": cpu_s,
             "events": float(result.events),
             "events_per_s": result.events / wall_s,
             "avg_cct_s": avg_cct_s(result),
         }
         if reference_workload is not None:
             if reference_workload is not workload:
-                wall_s, result = timed(reference_workload, name, repeats, "fast")
+                wall_s, cpu_s, result = timed(reference_workload, name, repeats, "fast")
                 row["reference_set_fast_wall_s"] = wall_s
-            reference_wall_s, reference = timed(
+                row["reference_set_fast_cpu_s"] = cpu_s
+            reference_wall_s, reference_cpu_s, reference = timed(
                 reference_workload, name, reference_repeats, "per-flow"
             )
             row["per_flow_wall_s"] = reference_wall_s
+            row["per_flow_cpu_s"] = reference_cpu_s
             row["speedup"] = reference_wall_s / wall_s
+            row["cpu_speedup"] = reference_cpu_s / cpu_s
             row |= deviation(result, reference)
         figures[name] = row
     return figures
 
 
 def summary(figures: dict[str, dict[str, float]]) -> dict[str, float]:
-    out = {"max_wall_s": max(f["wall_s"] for f in figures.values())}
+    out = {
+        "max_wall_s": max(f["wall_s"] for f in figures.values()),
+        "max_cpu_s": max(f["cpu_s"] for f in figures.values()),
+    }
     if all("speedup" in f for f in figures.values()):
         out["min_speedup"] = min(f["speedup"] for f in figures.values())
+        out["min_cpu_speedup"] = min(f["cpu_speedup"] for f in figures.values())
         out["worst_avg_cct_ratio_deviation"] = max(
             abs(f["avg_cct_ratio"] - 1.0) for f in figures.values()
         )

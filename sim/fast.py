@@ -106,8 +106,12 @@ class FastSimulation(Simulation):
         policy: BasePolicy,
         config: SimConfig | None = None,
         progress: Callable[[float], None] | None = None,
+        *,
+        verify: bool = False,
     ) -> None:
         super().__init__(workload, policy, config, progress)
+        self.verify = verify
+        """Check every incremental allocation against one from scratch (for tests)."""
         self._merge = self.allocator != "greedy" and not self.config.record_intervals
         self._saturated_below = self.capacity * RELATIVE_TOLERANCE
         self._flows = np.zeros(0, dtype=np.int64)
@@ -120,8 +124,32 @@ class FastSimulation(Simulation):
         """Per coflow row: 1 if a flow of it moved since the last flush."""
         self._moved_uids: set[int] = set()
         """Coflows that moved since the last snapshot (flushed rows)."""
-        self._moving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._moving: np.ndarray | None = None
+        """The entries with a rate (None: not known, find them in the rates)."""
+        self._row_rate: np.ndarray | None = None
+        self._flow_start = np.zeros(1, dtype=np.int64)
+        """Per coflow row: where its flows start in ``_flows`` (they are contiguous)."""
+        self._in_entry_order = np.zeros(0, dtype=np.bool_)
+        """Per coflow row: its flows are its entries in entry order, one each, so that its
+        sums over flows can run over its entries."""
+        self._entry_in_order = np.zeros(0, dtype=np.bool_)
+        """Per entry: that of its coflow."""
+        self._done = np.zeros(0, dtype=np.int64)
+        self._num_done = -1
+        """Entries found done by the last :meth:`_advance` (-1: it did not run)."""
         self._scratch = np.zeros(0)
+        self._work = kernels.Scratch()
+        self._bounds = np.zeros((0, self.num_ports))
+        """Per class of the class order: the residual capacities at its start."""
+        self._moving_start = np.zeros(0, dtype=np.int64)
+        """Per class: where its entries start in the moving list."""
+        self._reached = 0
+        """Classes whose start the last filling recorded (below, every port was full)."""
+        self._first_changed = 0
+        """The highest class whose entries changed since the last allocation."""
+        self._check_all = False
+        """True when an entry may have completed without moving (a released flow's size is
+        within its completion tolerance): the next check looks at every entry."""
         self._classes: tuple[np.ndarray, ...] | None = None
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
@@ -150,9 +178,16 @@ class FastSimulation(Simulation):
             self._row = np.searchsorted(self._uids, self._owner)
             self._sent = np.array([self._coflows[u].sent_bytes for u in self._uids.tolist()])
             self._dirty = np.zeros(len(self._uids), dtype=np.uint8)
+            # Released in uid order, each coflow's flows are contiguous in _flows.
+            flow_rows = self._row[self._flows]
+            self._flow_start = np.zeros(len(self._uids) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(flow_rows, minlength=len(self._uids)), out=self._flow_start[1:])
+            self._in_entry_order = self._entry_in_order[self._flows[self._flow_start[:-1]]]
+            if self.verify and (np.diff(flow_rows) < 0).any():
+                raise RuntimeError("the flows of a coflow are not contiguous")
             self._classes = None
             self._members = None
-            self._moving = None
+            self._row_rate = None
             self._threshold_rows = None
         return self._uids, self._row
 
@@ -161,6 +196,8 @@ class FastSimulation(Simulation):
         self._flows = new_index[self._flows[keep[self._flows]]]
         super()._keep_rows(keep)
         self._tol = self._tol[keep]
+        self._entry_in_order = self._entry_in_order[keep]
+        self._moving = None
 
     def _flush_sent(self) -> None:
         """Copy the sent bytes of the rows that moved into their coflows' ``sent_bytes``."""
@@ -180,26 +217,44 @@ class FastSimulation(Simulation):
         self._flush_sent()
         self._uids = None
         self._classes = None
-        self._moving = None
+        self._row_rate = None
         self._threshold_rows = None
 
     def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
         self._forget_rows()
-        offset = len(self._owner)
+        offset = first_new = len(self._owner)
         flows = [self._flows]
+        in_order = [self._entry_in_order]
         for entry_src, entry_of_flow in zip(parts[0], parts[6], strict=True):
             flows.append(entry_of_flow + offset)
             offset += len(entry_src)
+            simple = len(entry_of_flow) == len(entry_src) and bool(
+                (entry_of_flow[1:] > entry_of_flow[:-1]).all()
+            )
+            in_order.append(np.full(len(entry_src), simple))
         self._flows = np.concatenate(flows)
+        self._entry_in_order = np.concatenate(in_order)
         super()._append_rows(parts)
         # New entries move from the next allocation on; until then they have no rate.
         self._rates = np.concatenate([self._rates, np.zeros(len(self._owner) - len(self._rates))])
         tolerance = np.maximum(self._size * COMPLETION_TOLERANCE, 1e-3)
         self._tol = np.where(self._mult > 0, tolerance, -1.0)
+        if (self._remaining[first_new:] <= self._tol[first_new:]).any():
+            self._check_all = True
 
     def _finish_flows(self) -> bool:
         """As :meth:`Simulation._finish_flows`, but finished entries only get ``mult`` 0."""
-        done = kernels.completed(self._remaining, self._tol)
+        if self._check_all:
+            done = kernels.completed(
+                self._remaining, self._tol, np.arange(len(self._remaining), dtype=np.int64)
+            )
+            self._check_all = False
+        elif self._num_done > 0:
+            # Only an entry that moved can have completed; the advance listed them.
+            done = np.sort(self._done[: self._num_done])
+        else:
+            done = self._done[:0]
+        self._num_done = -1
         if len(done) == 0:
             return False
         finished_owners = self._owner[done]
@@ -210,12 +265,18 @@ class FastSimulation(Simulation):
         self._mult[done] = 0
         self._tol[done] = -1.0
         if self._classes is not None:
-            self._classes[5][self._classes[2][done]] = 0.0
-        self._moving = None
+            positions = self._classes[2][done]
+            self._classes[5][positions] = 0.0
+            first = int(np.searchsorted(self._classes[1], positions.min(), side="right")) - 1
+            self._first_changed = min(self._first_changed, first)
+        self._row_rate = None
         self._dead += len(done)
-        uids = np.unique(finished_owners)
-        counts = np.bincount(np.searchsorted(uids, finished_owners), finished_flows, len(uids))
-        for uid, count in zip(uids.tolist(), counts.astype(np.int64).tolist(), strict=True):
+        # Usually one or two entries: plain Python beats numpy's call overhead here.
+        finished: dict[int, int] = {}
+        for uid, count in zip(finished_owners.tolist(), finished_flows.tolist(), strict=True):
+            finished[uid] = finished.get(uid, 0) + count
+        for uid in sorted(finished):
+            count = finished[uid]
             coflow = self._coflows[uid]
             coflow.flows_left -= count
             if coflow.flows_left == 0:
@@ -236,43 +297,49 @@ class FastSimulation(Simulation):
         self._classes = None
         self._threshold_rows = None
 
-    def _moving_flows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """At the current rates: the moving entries, their flows (in flow order) and each
-        coflow row's rate (the per-flow model's sum over its flows)."""
+    def _moving_entries(self) -> np.ndarray:
+        """The entries with a rate (from the allocation, else found in the rates)."""
         if self._moving is None:
-            _, rows = self._rows()
-            self._moving = kernels.moving_flows(self._rates, rows, self._flows, len(self._sent))
+            self._moving = np.flatnonzero(self._rates > 0.0)
         return self._moving
 
     def _advance(self, until_s: float) -> None:
         dt = until_s - self.now_s
         if dt > 0 and len(self._remaining):
             _, rows = self._rows()
-            moving, flows, _ = self._moving_flows()
+            moving = self._moving_entries()
             if len(self._scratch) < len(self._remaining):
                 self._scratch = np.zeros(2 * len(self._remaining))
+                self._done = np.zeros(2 * len(self._remaining), dtype=np.int64)
             if self.config.record_intervals:
                 self.result.intervals.append(
                     Interval.of_moving(
                         self.now_s, until_s, self._flow_id, self._src, self._dst, self._rates
                     )
                 )
-            self.result.delivered_bytes += kernels.advance(
+            delivered, self._num_done = kernels.advance(
                 self._rates,
                 self._remaining,
                 self._mult,
+                self._tol,
                 rows,
                 moving,
-                flows,
+                self._in_entry_order,
+                self._flow_start,
+                self._flows,
                 self._scratch,
                 self._sent,
                 self._dirty,
+                self._done,
                 dt,
             )
+            self.result.delivered_bytes += delivered
         self.now_s = until_s
 
     def _flow_end_s(self) -> float:
-        return self.now_s + kernels.first_completion_s(self._rates, self._remaining)
+        return self.now_s + kernels.first_completion_s(
+            self._rates, self._remaining, self._moving_entries()
+        )
 
     def _next_threshold_s(self) -> float:
         """The first instant a coflow's sent bytes reach its re-ranking threshold."""
@@ -286,7 +353,12 @@ class FastSimulation(Simulation):
                 if threshold is not None:
                     thresholds[row] = threshold
             self._threshold_rows = thresholds
-        coflow_rate = self._moving_flows()[2]
+        if self._row_rate is None:
+            _, rows = self._rows()
+            self._row_rate = kernels.row_rates(
+                self._rates, rows, self._moving_entries(), self._flow_start, self._flows, len(uids)
+            )
+        coflow_rate = self._row_rate
         return float(
             kernels.first_threshold_s(self._threshold_rows, self._sent, coflow_rate, self.now_s)
         )
@@ -364,37 +436,105 @@ class FastSimulation(Simulation):
             order, starts = kernels.class_order(coflow_classes[rows])
             position = np.empty(len(order), dtype=np.int64)
             position[order] = np.arange(len(order))
+            dst_sorted = self._dst[order]
             self._classes = (
                 order,
                 starts,
                 position,
                 self._src[order],
-                self._dst[order],
+                dst_sorted,
                 self._mult[order].astype(float),
                 coflow_classes,
                 ranks,
+                kernels.run_ends(dst_sorted, starts),
             )
+            num_classes = len(starts) - 1
+            if len(self._bounds) < num_classes:
+                self._bounds = np.empty((2 * num_classes, self.num_ports))
+                self._moving_start = np.empty(2 * num_classes, dtype=np.int64)
+            self._reached = 0
+            self._first_changed = 0
         return self._classes
 
+    def _allocate_priority(self, classes: tuple[np.ndarray, ...]) -> None:
+        """Strict priority, max-min inside a class, from the highest class that changed.
+
+        The classes above it have the same entries and the same capacities as in the
+        last allocation, hence the same rates (the same arithmetic); the filling
+        restarts from the residual capacities recorded at that class's start."""
+        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        run_end = classes[8]
+        first = self._first_changed
+        self._first_changed = len(starts) - 1
+        if self._moving is None or len(self._rates) != len(order):
+            first = 0
+        if first >= self._reached and first > 0:
+            return  # every port was full above the classes that changed: no rate moves
+        keep = int(self._moving_start[first]) if first > 0 else 0
+        previous = self._moving
+        if len(self._rates) != len(order):
+            self._rates = np.zeros(len(order))
+        elif previous is None or keep == 0:
+            self._rates.fill(0.0)
+        else:
+            # Only the entries that moved below the kept classes have a rate to clear.
+            self._rates[previous[keep:]] = 0.0
+        work = self._work.fit(len(order))
+        if keep:
+            assert previous is not None
+            work.moving[:keep] = previous[:keep]
+        residual = self._bounds[first].copy() if first > 0 else self.capacity.copy()
+        moving, self._reached = kernels.maxmin_into(
+            src_sorted,
+            dst_sorted,
+            mult_sorted,
+            order,
+            starts,
+            run_end,
+            residual,
+            self._saturated_below,
+            self._rates,
+            work,
+            first,
+            keep,
+            self._bounds,
+            self._moving_start,
+        )
+        self._moving = moving.copy()
+
+    def _check_allocation(self, classes: tuple[np.ndarray, ...]) -> None:
+        """Raise if the rates or the moving list differ from a filling from scratch."""
+        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        expected = kernels.maxmin_ordered(
+            src_sorted, dst_sorted, mult_sorted, order, starts, self.capacity, self._saturated_below
+        )
+        if not np.array_equal(self._rates, expected):
+            wrong = np.flatnonzero(self._rates != expected)
+            raise RuntimeError(f"incremental allocation differs at {len(wrong)} entries")
+        assert self._moving is not None
+        if not np.array_equal(np.sort(self._moving), np.flatnonzero(expected > 0.0)):
+            raise RuntimeError("incremental allocation lists the wrong moving entries")
+        if (np.diff(classes[2][self._moving]) <= 0).any():
+            raise RuntimeError("the moving entries are not in class order")
+
     def _allocate(self) -> None:
-        self._moving = None
+        self._row_rate = None
         if len(self._owner) == 0:
             self._rates = np.zeros(0)
+            self._moving = None
             return
         uids, rows = self._rows()  # first: it may drop finished entries
         classes = self._class_order()
-        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks = classes
+        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks, run_end = (
+            classes
+        )
         if self.allocator == "priority":
-            self._rates = kernels.maxmin_ordered(
-                src_sorted,
-                dst_sorted,
-                mult_sorted,
-                order,
-                starts,
-                self.capacity,
-                self._saturated_below,
-            )
-        elif self.allocator == "madd":
+            self._allocate_priority(classes)
+            if self.verify:
+                self._check_allocation(classes)
+            return
+        self._moving = None
+        if self.allocator == "madd":
             if self._members is None:
                 # Each coflow's flows in flow order, as the reference's stable sort by coflow.
                 by_row = np.argsort(rows[self._flows], kind="stable")
@@ -414,6 +554,8 @@ class FastSimulation(Simulation):
                 mult_sorted,
                 self.capacity,
                 self._saturated_below,
+                run_end,
+                self._work,
             )
         else:
             flow_class = coflow_classes[rows]

@@ -32,10 +32,20 @@ def _maxmin_classes(
     mult: np.ndarray,
     order: np.ndarray,
     starts: np.ndarray,
+    run_end: np.ndarray,
     residual: np.ndarray,
     saturated_below: np.ndarray,
     rates: np.ndarray,
-) -> None:  # pragma: no cover - compiled
+    moving: np.ndarray,
+    live: np.ndarray,
+    pending: np.ndarray,
+    by_port: np.ndarray,
+    frozen: np.ndarray,
+    first_class: int,
+    num_moving: int,
+    bounds: np.ndarray,
+    moving_start: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
     """Progressive filling class by class, as :func:`sim.allocate.priority_maxmin`.
 
     Each round raises every live flow of the class by the smallest fair share
@@ -48,7 +58,34 @@ def _maxmin_classes(
 
     ``src``, ``dst`` and ``mult`` are in class order (``order[j]`` is the entry at
     sorted position j, whose rate goes to ``rates[order[j]]``), so that the scan
-    of a class reads memory in sequence.
+    of a class reads memory in sequence. ``run_end[j]`` is where the run of
+    positions with the receiver of position j ends (within its class): the scan
+    skips a full receiver's run in one step, so it costs the entries at open
+    receivers, not every entry. Inside a class the order of the entries changes
+    nothing: port loads are sums of whole flow counts (exact in any order) and
+    the rounds work port by port.
+
+    Only the entries that get a rate are written: ``rates`` must be zero
+    elsewhere. Those entries go to ``moving`` in class order (the sorted
+    positions' order) and their count is returned. ``live`` and ``pending`` (one slot
+    per entry), ``by_port`` (two) and ``frozen`` (one, all False, left so) are
+    scratch, kept by the caller: fresh arrays of that size on every call cost page
+    faults.
+
+    A round freezes the entries at the ports it fills. While a round freezes a good
+    share of the entries still growing, a sweep over those entries finds them (and
+    keeps the rest); once rounds freeze few, the entries are sorted by port once
+    and each filled port's entries are visited directly. Either way the same
+    entries freeze at the same level and the loads lose the same whole counts.
+
+    Strict priority makes a class's rates depend only on the classes above it, so
+    the filling can start at ``first_class`` from its recorded state: ``residual``
+    must then be the residual capacities at that class's start, and the first
+    ``num_moving`` slots of ``moving`` the moving entries of the classes above. If
+    ``bounds`` has rows, the residual capacities at the start of each class k
+    filled are recorded in ``bounds[k]`` and its first slot in ``moving`` in
+    ``moving_start[k]``. Returns the number of moving entries and the number of
+    classes whose start was recorded (the filling stops where every port is full).
     """
     num_ports = len(residual)
     load = np.zeros(num_ports)
@@ -57,23 +94,31 @@ def _maxmin_classes(
     filled = np.empty(num_ports, dtype=np.int64)
     port_start = np.zeros(num_ports + 1, dtype=np.int64)
     port_fill = np.zeros(num_ports, dtype=np.int64)
-    live = np.empty(len(src), dtype=np.int64)
-    by_port = np.empty(2 * len(src), dtype=np.int64)
-    frozen = np.zeros(len(src), dtype=np.bool_)
     is_open = residual > saturated_below
     open_count = 0
+    record = bounds.shape[0] > 0
+    reached = first_class
     for p in range(num_ports):
         if is_open[p]:
             open_count += 1
-    for k in range(len(starts) - 1):
+    for k in range(first_class, len(starts) - 1):
         if open_count == 0:
             break
+        if record:
+            bounds[k, :] = residual
+            moving_start[k] = num_moving
+        reached = k + 1
         n = 0
         nt = 0
-        for i in range(starts[k], starts[k + 1]):
-            s = src[i]
+        i = starts[k]
+        end = starts[k + 1]
+        while i < end:
             d = dst[i]
-            if mult[i] > 0.0 and is_open[s] and is_open[d]:
+            if not is_open[d]:
+                i = run_end[i]
+                continue
+            s = src[i]
+            if mult[i] > 0.0 and is_open[s]:
                 live[n] = i
                 n += 1
                 if load[s] == 0.0:
@@ -84,30 +129,15 @@ def _maxmin_classes(
                     touched[nt] = d
                     nt += 1
                 load[d] += mult[i]
+            i += 1
         if n == 0:
             continue
-        # Each touched port's live flows, contiguous (counting sort by port).
-        for t in range(nt):
-            port_fill[touched[t]] = 0
         for j in range(n):
-            i = live[j]
-            port_fill[src[i]] += 1
-            port_fill[dst[i]] += 1
-        total = 0
-        for t in range(nt):
-            p = touched[t]
-            port_start[p] = total
-            total += port_fill[p]
-            port_fill[p] = port_start[p]
-        for j in range(n):
-            i = live[j]
-            by_port[port_fill[src[i]]] = i
-            port_fill[src[i]] += 1
-            by_port[port_fill[dst[i]]] = i
-            port_fill[dst[i]] += 1
+            pending[j] = live[j]
+        num_pending = n
+        by_ports = False
         level = 0.0
-        remaining_live = n
-        while remaining_live > 0:
+        while num_pending > 0:
             step = np.inf
             for t in range(nt):
                 p = touched[t]
@@ -132,25 +162,144 @@ def _maxmin_classes(
                     is_open[p] = False
                     filled[nf] = p
                     nf += 1
-            for f in range(nf):
-                p = filled[f]
-                # port_fill[p] is now the end of p's slice in by_port.
-                for j in range(port_start[p], port_fill[p]):
-                    i = by_port[j]
-                    if frozen[i]:
-                        continue
-                    frozen[i] = True
+            if by_ports:
+                for f in range(nf):
+                    p = filled[f]
+                    # port_fill[p] is now the end of p's slice in by_port.
+                    for j in range(port_start[p], port_fill[p]):
+                        i = by_port[j]
+                        if frozen[i]:
+                            continue
+                        frozen[i] = True
+                        rates[order[i]] = level
+                        num_pending -= 1
+                        load[src[i]] -= mult[i]
+                        load[dst[i]] -= mult[i]
+                    load[p] = 0.0
+                continue
+            kept = 0
+            for j in range(num_pending):
+                i = pending[j]
+                if is_open[src[i]] and is_open[dst[i]]:
+                    pending[kept] = i
+                    kept += 1
+                else:
                     rates[order[i]] = level
-                    remaining_live -= 1
                     load[src[i]] -= mult[i]
                     load[dst[i]] -= mult[i]
-                load[p] = 0.0
+            if kept > 0 and 8 * (num_pending - kept) < num_pending:
+                # Few froze: sort the rest by port (counting sort), visit filled ports.
+                by_ports = True
+                for t in range(nt):
+                    port_fill[touched[t]] = 0
+                for j in range(kept):
+                    i = pending[j]
+                    port_fill[src[i]] += 1
+                    port_fill[dst[i]] += 1
+                total = 0
+                for t in range(nt):
+                    p = touched[t]
+                    port_start[p] = total
+                    total += port_fill[p]
+                    port_fill[p] = port_start[p]
+                for j in range(kept):
+                    i = pending[j]
+                    by_port[port_fill[src[i]]] = i
+                    port_fill[src[i]] += 1
+                    by_port[port_fill[dst[i]]] = i
+                    port_fill[dst[i]] += 1
+            num_pending = kept
         for j in range(n):
             frozen[live[j]] = False
+            moving[num_moving] = order[live[j]]
+            num_moving += 1
         for t in range(nt):
             p = touched[t]
             load[p] = 0.0
             full[p] = False
+    return num_moving, reached
+
+
+class Scratch:
+    """Work arrays for :func:`_maxmin_classes`, grown as needed and reused."""
+
+    def __init__(self) -> None:
+        self.moving = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=np.int64)
+        self.pending = np.zeros(0, dtype=np.int64)
+        self.by_port = np.zeros(0, dtype=np.int64)
+        self.frozen = np.zeros(0, dtype=np.bool_)
+
+    def fit(self, count: int) -> Scratch:
+        if len(self.live) < count:
+            size = max(2 * count, 1024)
+            self.moving = np.zeros(size, dtype=np.int64)
+            self.live = np.zeros(size, dtype=np.int64)
+            self.pending = np.zeros(size, dtype=np.int64)
+            self.by_port = np.zeros(2 * size, dtype=np.int64)
+            self.frozen = np.zeros(size, dtype=np.bool_)
+        return self
+
+
+def maxmin_into(
+    src_sorted: np.ndarray,
+    dst_sorted: np.ndarray,
+    mult_sorted: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    run_end: np.ndarray,
+    residual: np.ndarray,
+    saturated_below: np.ndarray,
+    rates: np.ndarray,
+    scratch: Scratch,
+    first_class: int = 0,
+    num_moving: int = 0,
+    bounds: np.ndarray | None = None,
+    moving_start: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """:func:`_maxmin_classes` with ``scratch``'s arrays; returns the moving entries (a
+    view into ``scratch``, valid until its next use) and the classes reached."""
+    scratch.fit(len(order))
+    if bounds is None or moving_start is None:
+        bounds = np.zeros((0, len(residual)))
+        moving_start = np.zeros(0, dtype=np.int64)
+    count, reached = _maxmin_classes(
+        src_sorted,
+        dst_sorted,
+        mult_sorted,
+        order,
+        starts,
+        run_end,
+        residual,
+        saturated_below,
+        rates,
+        scratch.moving,
+        scratch.live,
+        scratch.pending,
+        scratch.by_port,
+        scratch.frozen,
+        first_class,
+        num_moving,
+        bounds,
+        moving_start,
+    )
+    return scratch.moving[:count], reached
+
+
+@njit(cache=True, nogil=True)
+def run_ends(dst_sorted: np.ndarray, starts: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """For each sorted position, the end of the run of positions with its receiver, cut
+    at class boundaries (see :func:`_maxmin_classes`)."""
+    out = np.empty(len(dst_sorted), dtype=np.int64)
+    for k in range(len(starts) - 1):
+        end = starts[k + 1]
+        j = end - 1
+        while j >= starts[k]:
+            out[j] = end
+            if j > starts[k] and dst_sorted[j - 1] != dst_sorted[j]:
+                end = j
+            j -= 1
+    return out
 
 
 def class_order(flow_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,13 +333,24 @@ def maxmin_ordered(
     capacity: np.ndarray,
     saturated_below: np.ndarray,
     residual: np.ndarray | None = None,
+    run_end: np.ndarray | None = None,
+    scratch: Scratch | None = None,
 ) -> np.ndarray:
     """:func:`priority_maxmin` on entries already in class order (see :func:`class_order`):
     ``src_sorted = src[order]`` and so on. Rates come back in entry order."""
     rates = np.zeros(len(order))
     residual = capacity.astype(float).copy() if residual is None else residual
-    _maxmin_classes(
-        src_sorted, dst_sorted, mult_sorted, order, starts, residual, saturated_below, rates
+    maxmin_into(
+        src_sorted,
+        dst_sorted,
+        mult_sorted,
+        order,
+        starts,
+        run_ends(dst_sorted, starts) if run_end is None else run_end,
+        residual,
+        saturated_below,
+        rates,
+        Scratch() if scratch is None else scratch,
     )
     return rates
 
@@ -322,6 +482,8 @@ def madd_ordered(
     mult_sorted: np.ndarray,
     capacity: np.ndarray,
     saturated_below: np.ndarray,
+    run_end: np.ndarray | None = None,
+    scratch: Scratch | None = None,
 ) -> np.ndarray:
     """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
     flow order, grouped by coflow row; ``starts``: where each row starts) and the class
@@ -350,6 +512,8 @@ def madd_ordered(
         capacity,
         saturated_below,
         residual,
+        run_end,
+        scratch,
     )
     return madd_rates + backfill
 
@@ -405,71 +569,94 @@ def advance(
     rates: np.ndarray,
     remaining: np.ndarray,
     mult: np.ndarray,
+    tolerance: np.ndarray,
     rows: np.ndarray,
     moving: np.ndarray,
-    moving_flows: np.ndarray,
+    in_entry_order: np.ndarray,
+    flow_start: np.ndarray,
+    flows: np.ndarray,
     moved: np.ndarray,
     sent: np.ndarray,
     dirty: np.ndarray,
+    done: np.ndarray,
     dt: float,
-) -> float:  # pragma: no cover - compiled
+) -> tuple[float, int]:  # pragma: no cover - compiled
     """Move each flow of the ``moving`` entries ``rates × dt`` bytes (at most what it has
     left), as the per-flow model does; add to ``sent[row]`` each coflow's bytes of this
-    interval, summed over ``moving_flows`` (one entry index per flow, in the reference's
-    flow order) from zero and then added, as the reference's ``bincount`` does; mark
-    the rows that moved in ``dirty``; return the bytes moved (all flows).
+    interval, summed over its flows in the reference's flow order from zero and then
+    added, as the reference's ``bincount`` does; mark the rows that moved in ``dirty``;
+    list in ``done`` the entries that completed (at or below their ``tolerance``).
+    Returns the bytes moved (all flows) and the number of entries done.
 
-    Flows that do not move would add exact zeros to those sums, so they are skipped.
+    The moving entries of a coflow row must be adjacent in ``moving`` and in entry
+    order (the allocation gives them so). Where a row's flows are its entries in entry
+    order, one entry per flow (``in_entry_order[row]``), the sum runs over those
+    moving entries; otherwise over the row's flows, ``flows[flow_start[row]:
+    flow_start[row + 1]]`` (entry indices, one per flow, in flow order), skipping
+    those without a rate. The flows that do not move would add exact zeros.
     ``moved`` is scratch, one slot per entry."""
     total = 0.0
-    for i in moving:
-        step = min(rates[i] * dt, remaining[i])
-        remaining[i] -= step
-        moved[i] = step
-        total += step * mult[i]
-    acc = np.zeros(len(sent)) if len(moving) else np.zeros(0)
-    for i in moving_flows:
-        acc[rows[i]] += moved[i]
-    for i in moving:
-        row = rows[i]
-        if dirty[row] != 2:
-            sent[row] += acc[row]
-            dirty[row] = 2
-    for i in moving:
-        dirty[rows[i]] = 1
-    return total
+    num_done = 0
+    count = len(moving)
+    k = 0
+    while k < count:
+        row = rows[moving[k]]
+        end = k
+        acc = 0.0
+        any_moved = False
+        while end < count and rows[moving[end]] == row:
+            i = moving[end]
+            end += 1
+            if rates[i] <= 0.0:
+                continue
+            any_moved = True
+            step = min(rates[i] * dt, remaining[i])
+            remaining[i] -= step
+            moved[i] = step
+            acc += step
+            total += step * mult[i]
+            if remaining[i] <= tolerance[i]:
+                done[num_done] = i
+                num_done += 1
+        if any_moved:
+            if not in_entry_order[row]:
+                acc = 0.0
+                for j in range(flow_start[row], flow_start[row + 1]):
+                    f = flows[j]
+                    if rates[f] > 0.0:
+                        acc += moved[f]
+            sent[row] += acc
+            dirty[row] = 1
+        k = end
+    return total, num_done
 
 
 @njit(cache=True, nogil=True)
-def moving_flows(
-    rates: np.ndarray, rows: np.ndarray, flows: np.ndarray, num_rows: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The entries with a rate, their flows (entry indices, one per flow, in ``flows``
-    order) and each row's rate: the sum over its flows in that order, which is
-    ``numpy.bincount`` over the per-flow model's flows, bit for bit."""
-    count = 0
-    for i in range(len(rates)):
-        if rates[i] > 0.0:
-            count += 1
-    moving = np.empty(count, dtype=np.int64)
-    count = 0
-    for i in range(len(rates)):
-        if rates[i] > 0.0:
-            moving[count] = i
-            count += 1
-    count = 0
-    for i in flows:
-        if rates[i] > 0.0:
-            count += 1
-    moving_flows = np.empty(count, dtype=np.int64)
-    row_rate = np.zeros(num_rows)
-    count = 0
-    for i in flows:
-        if rates[i] > 0.0:
-            moving_flows[count] = i
-            count += 1
-            row_rate[rows[i]] += rates[i]
-    return moving, moving_flows, row_rate
+def row_rates(
+    rates: np.ndarray,
+    rows: np.ndarray,
+    moving: np.ndarray,
+    flow_start: np.ndarray,
+    flows: np.ndarray,
+    num_rows: int,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Each row's rate: the sum over its moving flows in flow order (as in
+    :func:`advance`), which is ``numpy.bincount`` over the per-flow model's flows, bit for
+    bit; rows without a moving entry get 0."""
+    out = np.zeros(num_rows)
+    done = np.zeros(num_rows, dtype=np.uint8)
+    for i in moving:
+        row = rows[i]
+        if rates[i] <= 0.0 or done[row]:
+            continue
+        done[row] = 1
+        acc = 0.0
+        for j in range(flow_start[row], flow_start[row + 1]):
+            f = flows[j]
+            if rates[f] > 0.0:
+                acc += rates[f]
+        out[row] = acc
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -509,26 +696,31 @@ def remaining_by_port(
 
 
 @njit(cache=True, nogil=True)
-def first_completion_s(rates: np.ndarray, remaining: np.ndarray) -> float:  # pragma: no cover
-    """The shortest time to completion among the moving entries (inf: none moves)."""
+def first_completion_s(
+    rates: np.ndarray, remaining: np.ndarray, moving: np.ndarray
+) -> float:  # pragma: no cover - compiled
+    """The shortest time to completion among the ``moving`` entries (inf: none moves)."""
     best = np.inf
-    for i in range(len(rates)):
+    for i in moving:
         if rates[i] > 0.0:
             best = min(best, remaining[i] / rates[i])
     return best
 
 
 @njit(cache=True, nogil=True)
-def completed(remaining: np.ndarray, tolerance: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """Entries whose remaining bytes are at or below their tolerance."""
+def completed(
+    remaining: np.ndarray, tolerance: np.ndarray, candidates: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The ``candidates`` whose remaining bytes are at or below their tolerance, sorted."""
     count = 0
-    for i in range(len(remaining)):
+    for i in candidates:
         if remaining[i] <= tolerance[i]:
             count += 1
     out = np.empty(count, dtype=np.int64)
     count = 0
-    for i in range(len(remaining)):
+    for i in candidates:
         if remaining[i] <= tolerance[i]:
             out[count] = i
             count += 1
+    out.sort()
     return out
