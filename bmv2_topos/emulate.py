@@ -259,15 +259,7 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
 
     topology = options.topology
     started = time.monotonic()
-    with EmulatedNetwork(
-        topology,
-        policy=policy,
-        target=options.target,
-        queues=options.queues,
-        queue_depth_packets=options.queue_depth_packets,
-        bmv2_json=options.bmv2_json,
-        p4info=options.p4info,
-    ) as network:
+    with EmulatedNetwork.for_run(options, policy) as network:
         hosts = {
             index: HostAddress(network.host_namespace(host.name), str(host.ip))
             for index, host in enumerate(topology.hosts)

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
@@ -111,6 +111,23 @@ def spawn_prefix(namespace: str, niceness: int) -> list[str]:
     ]
 
 
+class NetworkSettings(Protocol):
+    """The network options a run's command line gives (``beamer emulate``, ``beamer tune``)."""
+
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def target(self) -> TargetName: ...
+    @property
+    def queues(self) -> int: ...
+    @property
+    def queue_depth_packets(self) -> int | None: ...
+    @property
+    def bmv2_json(self) -> Path | None: ...
+    @property
+    def p4info(self) -> Path | None: ...
+
+
 @dataclass
 class EmulatedNetwork:
     """Context manager: the whole emulated network of one run.
@@ -144,6 +161,19 @@ class EmulatedNetwork:
     state: RunState | None = field(default=None, init=False)
     processes: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
     _previous_handlers: dict[int, Any] = field(default_factory=dict, init=False)
+
+    @classmethod
+    def for_run(cls, settings: NetworkSettings, policy: str) -> EmulatedNetwork:
+        """The network of one run of ``policy`` with the command line's network options."""
+        return cls(
+            settings.topology,
+            policy=policy,
+            target=settings.target,
+            queues=settings.queues,
+            queue_depth_packets=settings.queue_depth_packets,
+            bmv2_json=settings.bmv2_json,
+            p4info=settings.p4info,
+        )
 
     # --- names -----------------------------------------------------------------------
 

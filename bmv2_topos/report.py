@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 from typing import Any
 
+from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import EmulationReport, RunResult
+from control.files import write_csv
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -78,74 +79,71 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
     """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     stages_path = directory / "stages.csv"
-    with stages_path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "policy",
-                "seed",
-                "experiment_id",
-                "stage_id",
-                "release_s",
-                "end_s",
-                "sct_s",
-                "alone_s",
-                "slowdown",
-                "sim_sct_s",
-                "emu_over_sim",
-            ]
-        )
-        for run in report.runs:
-            predicted = run.predicted_sct_s or {}
-            for stage in run.stages:
-                alone = run.alone_s[stage.experiment_id, stage.stage_id]
-                sim = predicted.get((stage.experiment_id, stage.stage_id))
-                writer.writerow(
-                    [
-                        run.key.policy,
-                        run.key.seed,
-                        stage.experiment_id,
-                        stage.stage_id,
-                        f"{stage.release_s:.4f}",
-                        f"{stage.end_s:.4f}",
-                        f"{stage.sct_s:.4f}",
-                        f"{alone:.4f}",
-                        f"{stage.sct_s / alone:.4f}",
-                        _fmt(sim, 4),
-                        _fmt(None if not sim else stage.sct_s / sim, 4),
-                    ]
-                )
+    write_csv(
+        stages_path,
+        [
+            "policy",
+            "seed",
+            "experiment_id",
+            "stage_id",
+            "release_s",
+            "end_s",
+            "sct_s",
+            "alone_s",
+            "slowdown",
+            "sim_sct_s",
+            "emu_over_sim",
+        ],
+        (_stage_row(run, stage) for run in report.runs for stage in run.stages),
+    )
     summary_path = directory / "summary.csv"
-    with summary_path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
+    write_csv(
+        summary_path,
+        [
+            "policy",
+            "seed",
+            "stages",
+            "avg_sct_s",
+            "p95_sct_s",
+            "avg_slowdown",
+            "sim_avg_sct_s",
+            "emu_over_sim",
+            "wall_s",
+        ],
+        (
             [
-                "policy",
-                "seed",
-                "stages",
-                "avg_sct_s",
-                "p95_sct_s",
-                "avg_slowdown",
-                "sim_avg_sct_s",
-                "emu_over_sim",
-                "wall_s",
+                run.key.policy,
+                run.key.seed,
+                len(run.stages),
+                f"{run.avg_sct_s:.4f}",
+                f"{run.p95_sct_s:.4f}",
+                f"{run.avg_slowdown:.4f}",
+                _fmt(run.predicted_avg_sct_s, 4),
+                _fmt(run.emu_over_sim, 4),
+                f"{run.wall_s:.2f}",
             ]
-        )
-        for run in report.runs:
-            writer.writerow(
-                [
-                    run.key.policy,
-                    run.key.seed,
-                    len(run.stages),
-                    f"{run.avg_sct_s:.4f}",
-                    f"{run.p95_sct_s:.4f}",
-                    f"{run.avg_slowdown:.4f}",
-                    _fmt(run.predicted_avg_sct_s, 4),
-                    _fmt(run.emu_over_sim, 4),
-                    f"{run.wall_s:.2f}",
-                ]
-            )
+            for run in report.runs
+        ),
+    )
     return [stages_path, summary_path, *_plots(report, directory)]
+
+
+def _stage_row(run: RunResult, stage: StageRecord) -> list[object]:
+    alone = run.alone_s[stage.experiment_id, stage.stage_id]
+    sim = (run.predicted_sct_s or {}).get((stage.experiment_id, stage.stage_id))
+    return [
+        run.key.policy,
+        run.key.seed,
+        stage.experiment_id,
+        stage.stage_id,
+        f"{stage.release_s:.4f}",
+        f"{stage.end_s:.4f}",
+        f"{stage.sct_s:.4f}",
+        f"{alone:.4f}",
+        f"{stage.sct_s / alone:.4f}",
+        _fmt(sim, 4),
+        _fmt(None if not sim else stage.sct_s / sim, 4),
+    ]
 
 
 def _plots(report: EmulationReport, directory: Path) -> list[Path]:

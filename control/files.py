@@ -9,12 +9,14 @@ into one :class:`UserError` line naming the file and line.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -170,3 +172,12 @@ def atomic_write_text(target: Path, text: str) -> None:
 def atomic_write_bytes(target: Path, data: bytes) -> None:
     """:func:`atomic_write` of bytes."""
     atomic_write(target, lambda path: path.write_bytes(data))
+
+
+def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A CSV file written whole or not at all (:func:`atomic_write`)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    atomic_write_text(target, buffer.getvalue())

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.files import write_csv
 from control.model import StageKey, Workload
 from control.policies import POLICIES, get_policy
 from control.quantize import STRATEGIES, Strategy
 from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
 from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
 from sim.metrics import METRICS, isolated_sct, summarize
-from sim.report import plot_normalised, plot_sct_cdf, table, write_csv
+from sim.report import plot_normalised, plot_sct_cdf, table
 
 
 def register(subparsers: Any) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from control.files import atomic_write, atomic_write_text
+from control.files import atomic_write
 
 COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("avg SCT s", "avg_sct_s", 1.0),
@@ -47,14 +45,6 @@ def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str
             )
         )
     return "\n".join(out)
-
-
-def write_csv(target: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    atomic_write_text(target, buffer.getvalue())
 
 
 def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], title: str) -> None:

@@ -6,9 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Any, TypedDict
 
-from control.files import atomic_write, atomic_write_text
+from control.files import atomic_write, atomic_write_text, write_csv
 from sim.grid import Figure, Grid, Setting, run_key
-from sim.report import write_csv
 
 
 class RunRecord(TypedDict):

@@ -14,7 +14,6 @@ stages. Ray is started once for all runs, on loopback, and removed at the end.
 
 from __future__ import annotations
 
-import csv
 import os
 import statistics
 import sys
@@ -36,6 +35,7 @@ from bmv2_topos.emulate import (
 )
 from bmv2_topos.launcher import DEFAULT_QUEUE_DEPTH_PACKETS, EmulatedNetwork, TargetName
 from control.errors import UserError
+from control.files import write_csv
 from control.model import Experiment, Workload
 from control.topology import Topology
 from tuner.contract import HostEndpoint, Pattern, TuneNetwork
@@ -114,66 +114,64 @@ class TuneReport:
     def write_tuner_outputs(self, directory: Path) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "tuner.csv"
-        with path.open("w", newline="", encoding="utf-8") as stream:
-            writer = csv.writer(stream)
-            writer.writerow(
+        write_csv(
+            path,
+            [
+                "policy",
+                "seed",
+                "trials",
+                "promotions",
+                METRIC,
+                "validation_accuracy",
+                "best_config",
+            ],
+            (
                 [
-                    "policy",
-                    "seed",
-                    "trials",
-                    "promotions",
-                    METRIC,
-                    "validation_accuracy",
-                    "best_config",
+                    search.key.policy,
+                    search.key.seed,
+                    search.trials,
+                    search.promotions,
+                    f"{search.best_metric:.6f}",
+                    "" if search.best_accuracy is None else f"{search.best_accuracy:.4f}",
+                    _config_text(search.best_config),
                 ]
-            )
-            for search in self.searches:
-                writer.writerow(
-                    [
-                        search.key.policy,
-                        search.key.seed,
-                        search.trials,
-                        search.promotions,
-                        f"{search.best_metric:.6f}",
-                        "" if search.best_accuracy is None else f"{search.best_accuracy:.4f}",
-                        _config_text(search.best_config),
-                    ]
-                )
+                for search in self.searches
+            ),
+        )
         iterations = directory / "iterations.csv"
-        with iterations.open("w", newline="", encoding="utf-8") as stream:
-            writer = csv.writer(stream)
-            writer.writerow(
+        write_csv(
+            iterations,
+            [
+                "policy",
+                "seed",
+                "ray_trial_id",
+                "experiment_id",
+                "stage_id",
+                "slot",
+                "training_iteration",
+                "compute_s",
+                "allreduce_s",
+                "sync_bytes",
+                "reported_s",
+            ],
+            (
                 [
-                    "policy",
-                    "seed",
-                    "ray_trial_id",
-                    "experiment_id",
-                    "stage_id",
-                    "slot",
-                    "training_iteration",
-                    "compute_s",
-                    "allreduce_s",
-                    "sync_bytes",
-                    "reported_s",
+                    search.key.policy,
+                    search.key.seed,
+                    record.ray_trial_id,
+                    record.experiment_id,
+                    record.stage_id,
+                    record.slot,
+                    record.iteration,
+                    f"{record.compute_s:.6f}",
+                    f"{record.allreduce_s:.6f}",
+                    record.sync_bytes,
+                    f"{record.reported_s - search.origin_s:.4f}",
                 ]
-            )
-            for search in self.searches:
-                for record in search.iterations:
-                    writer.writerow(
-                        [
-                            search.key.policy,
-                            search.key.seed,
-                            record.ray_trial_id,
-                            record.experiment_id,
-                            record.stage_id,
-                            record.slot,
-                            record.iteration,
-                            f"{record.compute_s:.6f}",
-                            f"{record.allreduce_s:.6f}",
-                            record.sync_bytes,
-                            f"{record.reported_s - search.origin_s:.4f}",
-                        ]
-                    )
+                for search in self.searches
+                for record in search.iterations
+            ),
+        )
         return [path, iterations]
 
 
@@ -246,15 +244,7 @@ def run_search(
     warm_workers(options.trials, trial_cpus(options.trials))
     started = time.monotonic()
     with (
-        EmulatedNetwork(
-            topology,
-            policy=policy,
-            target=options.target,
-            queues=options.queues,
-            queue_depth_packets=options.queue_depth_packets,
-            bmv2_json=options.bmv2_json,
-            p4info=options.p4info,
-        ) as network,
+        EmulatedNetwork.for_run(options, policy) as network,
         tempfile.TemporaryDirectory(prefix="beamer-tune-") as storage,
     ):
         tune_network = TuneNetwork(
