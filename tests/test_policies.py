@@ -335,6 +335,26 @@ def test_beamer_tail_fits_keeps_experiment_groups_when_classes_are_scarce() -> N
     assert BeamerPolicy(coflow_tail=1).rank(scarce).groups == tail
 
 
+def test_beamer_global_tail_order_is_sincronias_order_of_the_waiting_coflows() -> None:
+    # One coflow per experiment (as in FB2010): e2 is the head (BSSI puts it first).
+    e1 = coflow(key(1), {1: 4.0, 3: 1.0, 4: 2.5, 5: 2.5})
+    e2 = coflow(key(2), {0: 2.0, 6: 2.0})
+    e3 = coflow(key(3), {0: 4.0, 4: 2.0, 5: 2.0})
+    state = snapshot(e1, e2, e3)
+    # Among all three, port 0 (load 6) is the bottleneck and e3 goes last; then port 1
+    # puts e1 behind e2: e2, e1, e3, which is Sincronia's order.
+    sincronia = get_policy("sincronia").rank(state).order()
+    assert sincronia == [e2.key, e1.key, e3.key]
+    glob = BeamerPolicy(coflow_tail=1, tail_order="global").rank(state)
+    assert glob.groups == ((e2.key,), (e1.key,), (e3.key,))
+    # Ranked among themselves, e1 and e3 meet at port 4 (4.5), where e1 weighs least per
+    # byte and goes last: the subset order leaves Sincronia's.
+    subset = BeamerPolicy(coflow_tail=1).rank(state)
+    assert subset.groups == ((e2.key,), (e3.key,), (e1.key,))
+    with pytest.raises(UserError, match="tail_order"):
+        BeamerPolicy(tail_order="random")  # type: ignore[arg-type]
+
+
 def test_warm_up_compiles_the_kernels_a_controller_ranks_with() -> None:
     # A controller calls this before it serves: in a fresh install the first compile
     # took over a second and delayed its first reaction past a run's first coflow.

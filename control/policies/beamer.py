@@ -27,6 +27,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from numba import njit
 
+from control.errors import UserError
 from control.model import CoflowKey, Experiment, TrialStage
 from control.policies.base import (
     BasePolicy,
@@ -40,6 +41,7 @@ from control.policies.base import (
 from control.policies.bssi import bssi_order
 
 Ordering = Literal["bssi", "bottleneck"]
+TailOrder = Literal["subset", "global"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,8 @@ class BeamerPolicy(BasePolicy):
     * ``tail_fits``: apply ``coflow_tail`` only when the snapshot's classes give every
       group of it a class of its own (quantised, the tail's order would be lost in the
       last class, while whole experiments in order survive quantisation).
+    * ``tail_order``: ``subset`` ranks the tail's coflows by BSSI among themselves;
+      ``global`` keeps the order BSSI gives them among all coflows (Sincronia's order).
     """
 
     name: ClassVar[str] = "beamer"
@@ -129,8 +133,12 @@ class BeamerPolicy(BasePolicy):
         compute_weight: float = 0.0,
         coflow_tail: int | None = None,
         tail_fits: bool = False,
+        tail_order: TailOrder = "subset",
     ) -> None:
+        if tail_order not in ("subset", "global"):
+            raise UserError(f"tail_order must be 'subset' or 'global', not {tail_order!r}")
         self.coflow_tail = coflow_tail
+        self.tail_order = tail_order
         self.tail_fits = tail_fits
         self.compute_weight = compute_weight
         self.stage_exponent = stage_exponent
@@ -372,7 +380,12 @@ class BeamerPolicy(BasePolicy):
         classes = snapshot.num_classes
         if self.tail_fits and classes is not None and keep + len(behind) > classes:
             return groups
-        tail_order = bssi_order(demand_matrix(behind, len(snapshot.port_capacity_bps)))
+        ports = len(snapshot.port_capacity_bps)
+        if self.tail_order == "global":
+            everyone = list(snapshot.coflows)
+            ranked = [everyone[i] for i in bssi_order(demand_matrix(everyone, ports))]
+            return [*groups[:keep], *((c.key,) for c in ranked if c.key in tail_keys)]
+        tail_order = bssi_order(demand_matrix(behind, ports))
         return [*groups[:keep], *((behind[i].key,) for i in tail_order)]
 
 
