@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
-from bench.heldout import make_policy
 from control.model import Workload
 from control.policies.base import BasePolicy
+from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
@@ -184,7 +184,7 @@ def one_seed(
             cache[order] = avg_sct(run(StaticOrderPolicy(order)))
         return cache[order]
 
-    results = {name: run(make_policy(name)) for name in policies}
+    results = {name: run(policy_from_spec(name)) for name in policies}
     starts = [*earlier, *(completion_order(workload, r) for r in results.values())]
     starts.append(tuple(sorted(ids, key=lambda e: (workload.experiments[e].arrival_s, e))))
     best, method = search(
@@ -220,7 +220,7 @@ def screen_seed(seed: int, policies: Sequence[str], classes: int | None) -> dict
     workload = instance(seed)
     config = SimConfig(num_classes=classes)
     return {
-        name: avg_sct(simulate(workload, make_policy(name), config))
+        name: avg_sct(simulate(workload, policy_from_spec(name), config))
         for name in dict.fromkeys(("sincronia", *policies))
     }
 
@@ -311,7 +311,7 @@ def run_main() -> None:
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))
     for name in policies:
-        make_policy(name)
+        policy_from_spec(name)
     if args.screen:
         classes = None if args.queues == "ideal" else int(args.queues)
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:

@@ -19,7 +19,6 @@ as the tuning on seeds 1–10 uses (a variant starts from the first design,
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -29,9 +28,7 @@ import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
 from control.errors import UserError
-from control.policies import get_policy
-from control.policies.base import BasePolicy
-from control.policies.beamer import BeamerPolicy
+from control.policies.spec import policy_from_spec
 from sim.engine import SimConfig, simulate
 from workloads import hp_tuning
 from workloads.hp_tuning import HpTuningConfig
@@ -47,44 +44,13 @@ SETTINGS: dict[str, tuple[str, int | None]] = {
 }
 
 
-def _value(text: str) -> object:
-    if text in ("true", "false"):
-        return text == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def make_policy(spec: str) -> BasePolicy:
-    """A registered policy, or ``beamer:key=value;...`` for a Beamer variant."""
-    if ":" not in spec:
-        return get_policy(spec)
-    base, _, args = spec.partition(":")
-    if base != "beamer":
-        raise UserError(f"policy {spec!r}: only beamer variants take arguments, not {base!r}")
-    kwargs: dict[str, object] = {}
-    for item in args.split(";"):
-        name, equals, value = item.partition("=")
-        if not equals or not name:
-            raise UserError(f"policy {spec!r}: {item!r} is not key=value")
-        kwargs[name] = _value(value)
-    try:
-        return BeamerPolicy(**kwargs)  # type: ignore[arg-type]
-    except TypeError:
-        known = ", ".join(inspect.signature(BeamerPolicy).parameters)
-        raise UserError(f"policy {spec!r}: unknown beamer knob (known: {known})") from None
-
-
 def one_run(setting: str, seed: int, policies: Sequence[str]) -> dict[str, dict[str, float]]:
     mix, classes = SETTINGS[setting]
     jobs = Shape(mix=SHAPE_MIXES[mix]).jobs()
     workload = hp_tuning.generate(HpTuningConfig(seed=seed, jobs=jobs))
     out = {}
     for spec in ("sincronia", *policies):
-        result = simulate(workload, make_policy(spec), SimConfig(num_classes=classes))
+        result = simulate(workload, policy_from_spec(spec), SimConfig(num_classes=classes))
         sct = np.array(list(result.sct_s.values()))
         out[spec] = {
             "avg_sct_s": float(sct.mean()),
@@ -142,7 +108,7 @@ def run_main() -> None:
     seeds = parse_seed_ranges(args.seeds)
     policies = args.policies.split(",")
     for spec in policies:
-        make_policy(spec)
+        policy_from_spec(spec)
     chosen = args.settings.split(",")
     unknown = [s for s in chosen if s not in SETTINGS]
     if unknown:

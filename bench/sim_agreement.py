@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bench.common import emit
-from bench.heldout import make_policy
+from control.policies.spec import policy_from_spec
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
 
@@ -55,9 +55,9 @@ def main() -> None:
         workload = hp_tuning.generate(hp_tuning.HpTuningConfig(seed=seed, num_jobs=args.jobs))
         for spec in (p for p in args.policies.split(",") if p):
             for num_classes in queues:
-                fast = simulate(workload, make_policy(spec), SimConfig(num_classes))
+                fast = simulate(workload, policy_from_spec(spec), SimConfig(num_classes))
                 reference = simulate(
-                    workload, make_policy(spec), SimConfig(num_classes, flow_model="per-flow")
+                    workload, policy_from_spec(spec), SimConfig(num_classes, flow_model="per-flow")
                 )
                 rows.append(
                     {

@@ -15,7 +15,8 @@ from typing import Any
 from control.errors import UserError
 from control.files import write_csv
 from control.model import StageKey, Workload
-from control.policies import POLICIES, get_policy
+from control.policies import POLICIES
+from control.policies.spec import policy_from_spec
 from control.quantize import STRATEGIES, Strategy
 from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
 from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
@@ -37,7 +38,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--policies",
         default="beamer,sincronia,varys,aalo,fifo-lm,fair",
-        help=f"comma-separated, from: {', '.join(POLICIES)}",
+        help=f"comma-separated, from: {', '.join(POLICIES)}; or beamer:knob=value;... "
+        "for a Beamer variant (knobs in control/policies/beamer.py)",
     )
     parser.add_argument("--seed", type=int, default=None, help="one workload seed (default 1)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 1,2,3")
@@ -123,7 +125,7 @@ def parse_policies(text: str) -> list[str]:
     if not names:
         raise UserError("--policies: no policy given")
     for name in names:
-        get_policy(name)
+        policy_from_spec(name)
     return names
 
 
@@ -227,7 +229,7 @@ def _one_run(spec: RunSpec) -> RunOutcome:
     workload, alone = _prepared(spec.workload, spec.seed, spec.load)
     result = simulate(
         workload,
-        get_policy(spec.policy),
+        policy_from_spec(spec.policy),
         SimConfig(spec.mode, spec.strategy, flow_model=spec.flow_model),
     )
     rows: list[list[object]] = []

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from bench.bench_headroom import lower_bound, neighbours, search
-from bench.heldout import make_policy
 from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import get_policy
 from control.policies.base import CoflowState, Snapshot
 from control.policies.beamer import BeamerPolicy
+from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
 from sim.engine import simulate
 
@@ -92,13 +92,13 @@ def test_search_finds_the_best_order_exhaustively_and_locally() -> None:
 
 
 def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
-    policy = make_policy("beamer:split_trials=true;future_weight=0.5;ordering=bottleneck")
+    policy = policy_from_spec("beamer:split_trials=true;future_weight=0.5;ordering=bottleneck")
     assert isinstance(policy, BeamerPolicy)
     assert (policy.split_trials, policy.future_weight, policy.ordering) == (True, 0.5, "bottleneck")
-    assert make_policy("beamer-v1").name == "beamer-v1"
+    assert policy_from_spec("beamer-v1").name == "beamer-v1"
     with pytest.raises(UserError, match="unknown beamer knob"):
-        make_policy("beamer:speed=3")
+        policy_from_spec("beamer:speed=3")
     with pytest.raises(UserError, match="not key=value"):
-        make_policy("beamer:split_trials")
+        policy_from_spec("beamer:split_trials")
     with pytest.raises(UserError, match="only beamer variants"):
-        make_policy("sincronia:x=1")
+        policy_from_spec("sincronia:x=1")

@@ -46,6 +46,20 @@ def test_json_output_has_every_metric_per_policy(
         assert metric in result["fair"]
 
 
+def test_beamer_variants_are_simulated_by_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    spec = "beamer:coflow_tail=0"  # no experiment group kept: every coflow in Sincronia's order
+    status = main(
+        ["simulate", "--workload", str(workload), "--policies", f"beamer,{spec}", "--json"]
+    )
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["beamer"]["avg_sct_s"] == pytest.approx(3.0)
+    assert result[spec]["avg_sct_s"] == pytest.approx(10 / 3)
+
+
 def test_table_and_files_for_two_queue_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,6 +102,12 @@ def test_table_and_files_for_two_queue_modes(
     ("argv", "message"),
     [
         (["--policies", "beamer,srpt"], "unknown policy 'srpt'"),
+        (["--policies", "beamer:future_weight=nan"], "future_weight=nan is not a finite number"),
+        (["--policies", "beamer:coflow_tail=1e300"], "coflow_tail=1e300 is not a finite number"),
+        (["--policies", "beamer:coflow_tail=two"], "coflow_tail='two' is not a number"),
+        (["--policies", "beamer:tail_order=sideways"], "tail_order must be"),
+        (["--policies", "beamer:ordering=random"], "ordering must be"),
+        (["--policies", "beamer:speed=3"], "unknown beamer knob 'speed'"),
         (["--queues", "ideal,x"], "--queues: 'x'"),
         (["--queues", "0"], "outside 1..64"),
         (["--seeds", "1,a"], "--seeds"),

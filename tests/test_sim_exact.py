@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.heldout import make_policy
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import POLICIES
+from control.policies.spec import policy_from_spec
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
 
@@ -34,8 +34,10 @@ def assert_identical(fast: SimResult, reference: SimResult, label: str) -> None:
 
 
 def both(workload: Workload, spec: str, num_classes: int | None) -> tuple[SimResult, SimResult]:
-    fast = simulate(workload, make_policy(spec), SimConfig(num_classes, flow_model="fast"))
-    reference = simulate(workload, make_policy(spec), SimConfig(num_classes, flow_model="per-flow"))
+    fast = simulate(workload, policy_from_spec(spec), SimConfig(num_classes, flow_model="fast"))
+    reference = simulate(
+        workload, policy_from_spec(spec), SimConfig(num_classes, flow_model="per-flow")
+    )
     return fast, reference
 
 

@@ -135,6 +135,8 @@ class BeamerPolicy(BasePolicy):
         tail_fits: bool = False,
         tail_order: TailOrder = "subset",
     ) -> None:
+        if ordering not in ("bssi", "bottleneck"):
+            raise UserError(f"ordering must be 'bssi' or 'bottleneck', not {ordering!r}")
         if tail_order not in ("subset", "global"):
             raise UserError(f"tail_order must be 'subset' or 'global', not {tail_order!r}")
         self.coflow_tail = coflow_tail
