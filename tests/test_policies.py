@@ -355,6 +355,29 @@ def test_beamer_global_tail_order_is_sincronias_order_of_the_waiting_coflows() -
         BeamerPolicy(tail_order="random")  # type: ignore[arg-type]
 
 
+def test_beamer_starvation_guard_puts_a_stage_out_too_long_first() -> None:
+    state, a0, a1, b0 = two_experiments()
+    # A's stage alone: 1,000 bytes per trial and on port 0 at 1 Gbit/s, 8 us; B's: 24 us.
+    experiments = dict(state.experiments)
+    experiments[2] = dataclasses.replace(experiments[2], stage_release_s=90e-6)
+    guard = BeamerPolicy(starvation_guard=4.0)
+    # At 20 us A has been out 2.5× its alone time (guard 4×): Beamer's order, B first.
+    early = dataclasses.replace(state, now_s=20e-6, experiments=experiments)
+    assert guard.rank(early).groups == ((b0,), (a0, a1))
+    # At 100 us A has been out 12.5× and B (released at 90 us) 0.4×: A goes first.
+    late = dataclasses.replace(state, now_s=100e-6, experiments=experiments)
+    assert guard.rank(late).groups == ((a0, a1), (b0,))
+    assert BeamerPolicy().rank(late).groups == ((b0,), (a0, a1))
+    # Both past the guard: they keep Beamer's order among themselves.
+    both = dataclasses.replace(state, now_s=1.0)
+    assert guard.rank(both).groups == ((b0,), (a0, a1))
+    assert get_policy("beamer-guard").name == "beamer-guard"
+    assert get_policy("beamer-guard").rank(late).groups == guard.rank(late).groups
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(UserError, match="starvation_guard"):
+            BeamerPolicy(starvation_guard=bad)
+
+
 def test_warm_up_compiles_the_kernels_a_controller_ranks_with() -> None:
     # A controller calls this before it serves: in a fresh install the first compile
     # took over a second and delayed its first reaction past a run's first coflow.

@@ -14,6 +14,7 @@ from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
 from control.policies.beamer import (
+    BeamerGuardPolicy,
     BeamerStagePolicy,
     BeamerTailPolicy,
     BeamerV1Policy,
@@ -32,6 +33,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer-v1": BeamerV1Policy,
     "beamer-stage": BeamerStagePolicy,
     "beamer-tail": BeamerTailPolicy,
+    "beamer-guard": BeamerGuardPolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,
