@@ -47,10 +47,12 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
+from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
+from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
 from workloads.hp_tuning import HpTuningConfig
@@ -169,10 +171,11 @@ def one_seed(
     max_evals: int,
     max_exhaustive: int,
     earlier: Sequence[tuple[int, ...]] = (),
+    classes: int | None = None,
 ) -> dict:
     workload = instance(seed)
     ids = [e.experiment_id for e in workload.experiments]
-    config = SimConfig()
+    config = SimConfig(num_classes=classes)
 
     def run(policy: BasePolicy) -> SimResult:
         return simulate(workload, policy, config)
@@ -305,15 +308,22 @@ def run_main() -> None:
         action="store_true",
         help="no search: each policy over Sincronia only (screening policy variants)",
     )
-    parser.add_argument("--queues", default="ideal", help="with --screen: ideal or K classes")
+    parser.add_argument(
+        "--queues",
+        default="ideal",
+        help="ideal or K classes: the policies and the static orders alike are quantised to K",
+    )
     args = parser.parse_args()
     seeds = [3, 5] if args.quick else parse_seed_ranges(args.seeds)
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))
     for name in policies:
         policy_from_spec(name)
+    modes = parse_queues(args.queues)
+    if len(modes) != 1:
+        raise UserError("--queues: one mode only (ideal or K classes)")
+    classes = modes[0]
     if args.screen:
-        classes = None if args.queues == "ideal" else int(args.queues)
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
             runs = list(
                 pool.map(screen_seed, seeds, [policies] * len(seeds), [classes] * len(seeds))
@@ -327,13 +337,14 @@ def run_main() -> None:
                 earlier.setdefault(row["seed"], []).append(tuple(row["best_order"]))
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
         futures = [
-            pool.submit(one_seed, s, policies, evals, args.exhaustive, earlier.get(s, []))
+            pool.submit(one_seed, s, policies, evals, args.exhaustive, earlier.get(s, []), classes)
             for s in seeds
         ]
         rows = [f.result() for f in futures]
     emit(
         {
             "instances": "12 hosts at 10 Gbit/s, 3 jobs, 1 iteration per budget unit",
+            "queues": args.queues,
             "summary": summarize(rows, policies),
             "seeds": rows,
         }

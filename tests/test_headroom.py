@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bench.bench_headroom import lower_bound, neighbours, search
+from bench.bench_headroom import lower_bound, neighbours, one_seed, search
 from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import get_policy
@@ -102,3 +102,12 @@ def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
         policy_from_spec("beamer:split_trials")
     with pytest.raises(UserError, match="only beamer variants"):
         policy_from_spec("sincronia:x=1")
+
+
+def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> None:
+    # With one class every order and every policy is max-min over everything: the best
+    # static order can be no better than Sincronia. With unlimited classes it is.
+    one_class = one_seed(1, ("sincronia",), max_evals=6, max_exhaustive=6, classes=1)
+    assert one_class["best_static_avg_sct_s"] == pytest.approx(one_class["sincronia_avg_sct_s"])
+    ideal = one_seed(1, ("fair",), max_evals=6, max_exhaustive=6)
+    assert ideal["best_static_avg_sct_s"] < ideal["fair_avg_sct_s"] * 0.99
