@@ -38,6 +38,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from control.entries import (
+    ActionCall,
     ClassEntries,
     ClassPlan,
     EntryMap,
@@ -45,6 +46,7 @@ from control.entries import (
     batches,
     canonical_map,
     coflow_tag,
+    default_action_update,
     diff,
     forwarding_entries,
     from_table_entry,
@@ -962,6 +964,7 @@ class Controller(EventHandler):
             return False
         try:
             self._push_pipeline(session, client)
+            self._point_acks_at_top_class(session, client)
             self._read_back(session)
             self._adopt_installed_classes(session)
             session.state = "ready"
@@ -1012,6 +1015,25 @@ class Controller(EventHandler):
         client.set_pipeline(artifacts.p4info, artifacts.device_config, cookie=artifacts.cookie)
         session.provisions += 1
         log.info("%s: pipeline pushed", session.spec.name)
+
+    def _point_acks_at_top_class(self, session: SwitchSession, client: P4RuntimeClient) -> None:
+        """Class payload-less TCP segments into the top class of the switch's queues.
+
+        The program's default is class 7, the top of eight queues; a switch run with fewer
+        (``--queues 4``) has no queue 7, drops what is classed there, and every handshake
+        and ACK of the run would be lost. Written on every provisioning: a pipeline push
+        resets defaults, and another controller may have left another class."""
+        layout = self.layout
+        if layout.ack_table is None:
+            return
+        action = ActionCall(layout.ack_action, ((layout.class_param, self.config.queues - 1),))
+        update = default_action_update(layout.ack_table, action, session.names)
+        wanted = update.entity.table_entry
+        query = p4runtime_pb2.TableEntry(table_id=wanted.table_id, is_default_action=True)
+        held = client.read([p4runtime_pb2.Entity(table_entry=query)])
+        if any(e.table_entry.action == wanted.action for e in held):
+            return  # already so: a restarted controller writes nothing
+        client.write([update])
 
     def _read_back(self, session: SwitchSession) -> None:
         """Replace what we believe is installed by what the switch says it holds."""

@@ -126,6 +126,10 @@ class PipelineLayout:
     )
     coflow_action: str = "MyIngress.set_class"
     class_param: str = "class_id"
+    ack_table: str | None = "MyIngress.ack_class"
+    """Keyless table whose default action classes TCP segments without payload; the
+    controller points it at the top class the switch has. ``None``: no such table."""
+    ack_action: str = "MyIngress.set_class"
 
 
 def resolve_layout(layout: PipelineLayout, names: P4Names) -> PipelineLayout:
@@ -145,8 +149,18 @@ def resolve_layout(layout: PipelineLayout, names: P4Names) -> PipelineLayout:
         (layout.forward_action, layout.forward_port_param),
     ):
         names.action(action).param(param)
+    ack_table = layout.ack_table
+    if ack_table is not None:
+        if names.has_table(ack_table):
+            ack_table = names.table(ack_table).name
+            names.action(layout.ack_action).param(layout.class_param)
+        else:
+            # Another program without an ACK table: nothing to point at the top class.
+            ack_table = None
     return replace(
         layout,
+        ack_table=ack_table,
+        ack_action=names.action(layout.ack_action).name if ack_table else layout.ack_action,
         forward_table=names.table(layout.forward_table).name,
         forward_action=names.action(layout.forward_action).name,
         stage_table=names.table(layout.stage_table).name,
@@ -452,6 +466,10 @@ def fill_table_entry(
         else:
             match.ternary.value = encode_uint(value.value, ref.bitwidth)
             match.ternary.mask = encode_uint(value.mask, ref.bitwidth)
+    _fill_action(entry, action, names)
+
+
+def _fill_action(entry: p4runtime_pb2.TableEntry, action: ActionCall, names: P4Names) -> None:
     action_ref = names.action(action.name)
     entry.action.action.action_id = action_ref.id
     for param_name, param_value in action.params:
@@ -459,6 +477,16 @@ def fill_table_entry(
         param = entry.action.action.params.add()
         param.param_id = param_ref.id
         param.value = encode_uint(param_value, param_ref.bitwidth)
+
+
+def default_action_update(table: str, action: ActionCall, names: P4Names) -> p4runtime_pb2.Update:
+    """A MODIFY of ``table``'s default action (P4Runtime: an entry with no match fields and
+    ``is_default_action`` set)."""
+    entry = p4runtime_pb2.TableEntry(table_id=names.table(table).id, is_default_action=True)
+    _fill_action(entry, action, names)
+    return p4runtime_pb2.Update(
+        type=p4runtime_pb2.Update.MODIFY, entity=p4runtime_pb2.Entity(table_entry=entry)
+    )
 
 
 def from_table_entry(

@@ -5,6 +5,7 @@ change reorders the classes while packets flow, and none meets a missing entry."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -15,7 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 from controller_helpers import SmallestFirst, one_class_per_rank
-from scapy.layers.inet import IP, UDP, IPOption
+from scapy.layers.inet import IP, TCP, UDP, IPOption
 from scapy.layers.l2 import Ether
 
 from control.controller import Controller, ControllerConfig, PipelineArtifacts
@@ -46,9 +47,11 @@ class Network:
         return self.controller.handle_event({"type": kind, **fields})
 
 
-@pytest.fixture
-def net(artifacts: PipelineArtifacts) -> Iterator[Network]:
-    switch = Switch(clock=VirtualClock(), priority_queues=8)
+@contextlib.contextmanager
+def network(artifacts: PipelineArtifacts, queues: int = 8) -> Iterator[Network]:
+    """beamer.p4 on an embedded switch of ``queues`` priority queues, its P4Runtime server,
+    and a controller mapping onto that many classes; all stopped on the way out."""
+    switch = Switch(clock=VirtualClock(), priority_queues=queues)
     for port in HOSTS:
         switch.add_memory_port(port)
     server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
@@ -67,6 +70,7 @@ def net(artifacts: PipelineArtifacts) -> Iterator[Network]:
         topology=topology,
         artifacts={"embedded": artifacts},
         policy_name="smallest-first",
+        queues=queues,
         supervise_interval_s=0.05,
         counter_interval_s=0.1,
     )
@@ -78,6 +82,12 @@ def net(artifacts: PipelineArtifacts) -> Iterator[Network]:
         controller.stop()
         server.stop(0)
         switch.close()
+
+
+@pytest.fixture
+def net(artifacts: PipelineArtifacts) -> Iterator[Network]:
+    with network(artifacts) as built:
+        yield built
 
 
 def _plan(experiment_id: int, sizes: list[int]) -> dict[str, Any]:
@@ -187,6 +197,37 @@ def test_events_install_entries_read_back_over_p4runtime(
     assert big == [0]
     lpm = [k for k in entries if k.table == "MyIngress.ipv4_lpm"]
     assert len(lpm) == 3
+
+
+def pure_ack(seq: int = 0) -> bytes:
+    """A TCP segment without payload, as a receiver's ACK."""
+    frame = (
+        Ether(dst="02:00:00:00:00:ff", src="02:00:00:00:00:01")
+        / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64)
+        / TCP(sport=5001, dport=40000 + seq, flags="A", seq=1, ack=1000 + seq)
+    )
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("queues", [4, 8])
+def test_acks_take_the_top_class_of_the_switchs_queues(
+    artifacts: PipelineArtifacts, queues: int
+) -> None:
+    # The program's ACK class is 7; on a switch of 4 queues that queue does not exist,
+    # and every handshake and ACK was dropped. The controller points it at queues - 1.
+    with network(artifacts, queues) as built:
+        switch = built.switch
+        small = _start(built, 2, [100, 400])
+        switch.set_queue_rate(rate_pps=1000, port=2)
+        switch.send(1, packet(2, 0, small[1], seq=0))
+        for seq in range(3):
+            switch.send(1, pure_ack(seq))
+        switch.run_until_idle()
+        frames = departures(switch, 2)
+        acks = [f for f in frames if f.haslayer(TCP)]
+        assert [f[TCP].ack for f in acks] == [1000, 1001, 1002]
+        assert {class_of(f) for f in acks} == {queues - 1}
+        assert switch.queue_counters(2, queues - 1).enqueued_packets >= 3
 
 
 def test_tagged_packets_leave_through_the_scheduled_queues(net: Network) -> None:
