@@ -387,3 +387,44 @@ def test_warm_up_compiles_the_kernels_a_controller_ranks_with() -> None:
 
     warm_up()
     assert _bssi_steps.signatures and add_iterations.signatures
+
+
+def test_beamer_duty_exponent_puts_a_compute_bound_experiment_first() -> None:
+    unit = 1000
+    # A: 10 iterations of 1 unit each, 100 us of compute per iteration: 10 units of
+    # network in 1.08 ms alone (duty 0.074). B: one iteration of 4 units, no compute.
+    slow = TrialStage(0, 10, 100e-6, (Flow(0, 1, unit),))
+    once = TrialStage(0, 1, 0.0, (Flow(0, 1, 4 * unit),))
+    a = Experiment(1, 0.0, (Stage(0, (slow,)),))
+    b = Experiment(2, 0.0, (Stage(0, (once,)),))
+    a_now = coflow(key(1, 0, 0, 0), {0: unit, 5: unit})
+    b_now = coflow(key(2), {0: 4.0 * unit, 5: 4.0 * unit})
+    experiments = {1: ExperimentState(a, 0, 0.0, {0: 0}), 2: ExperimentState(b, 0, 0.0, {0: 0})}
+    state = snapshot(a_now, b_now, experiments=experiments)
+    # By bytes B owes less (4 against 10 units): B first.
+    assert BeamerPolicy().rank(state).order() == [b_now.key, a_now.key]
+    # Scaled by duty cycle A owes 10 x 0.074 against B's 4 x 1: A first.
+    assert BeamerPolicy(duty_exponent=1.0).rank(state).order() == [a_now.key, b_now.key]
+    # Without compute the duty cycle is 1 and the order is the bytes' order.
+    fast = dataclasses.replace(
+        experiments[1],
+        experiment=Experiment(1, 0.0, (Stage(0, (dataclasses.replace(slow, compute_s=0.0),)),)),
+    )
+    no_compute = dataclasses.replace(state, experiments={**experiments, 1: fast})
+    assert BeamerPolicy(duty_exponent=1.0).rank(no_compute).order() == [b_now.key, a_now.key]
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(UserError, match="duty_exponent"):
+            BeamerPolicy(duty_exponent=bad)
+
+
+def test_beamer_duty_cycle_is_one_for_coflows_without_compute() -> None:
+    # FB2010 coflows are one-coflow experiments with no compute: each is network-bound
+    # however much of it is sent, so the duty cycle changes no ranking. (It did while the
+    # remaining time alone counted a whole iteration for a coflow already half sent.)
+    from bench.bench_sim import offline_subset
+    from sim.engine import simulate
+
+    trace = offline_subset(400, 60)  # 60 coflows released together: heavy contention
+    with_duty = simulate(trace, get_policy("beamer-duty"))
+    without = simulate(trace, get_policy("beamer"))
+    assert with_duty.cct_s == without.cct_s

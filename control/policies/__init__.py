@@ -14,6 +14,7 @@ from control.errors import UserError
 from control.policies.aalo import AaloPolicy
 from control.policies.base import BasePolicy
 from control.policies.beamer import (
+    BeamerDutyPolicy,
     BeamerGuardPolicy,
     BeamerStagePolicy,
     BeamerTailPolicy,
@@ -34,6 +35,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer-stage": BeamerStagePolicy,
     "beamer-tail": BeamerTailPolicy,
     "beamer-guard": BeamerGuardPolicy,
+    "beamer-duty": BeamerDutyPolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,
