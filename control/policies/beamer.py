@@ -407,9 +407,10 @@ class BeamerPolicy(BasePolicy):
             rate = np.asarray(snapshot.port_capacity_bps) / 8.0
             plan = self._stage_trials(experiment, state.stage_index, snapshot.num_hosts, ports)
             stage = experiment.stages[state.stage_index]
+            iteration_s, _ = self._iteration_times(state, snapshot)
             slowest_s = max(
-                trial.iterations * (trial.compute_s + float((row / rate).max()))
-                for trial, row in zip(stage.trials, plan.per_iteration, strict=True)
+                trial.iterations * seconds
+                for trial, seconds in zip(stage.trials, iteration_s, strict=True)
             )
             busiest_s = float(
                 (np.asarray(plan.iterations, dtype=float) @ plan.per_iteration / rate).max()
