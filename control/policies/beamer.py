@@ -74,6 +74,15 @@ def _busiest_port_s(coflow: CoflowState, rate: np.ndarray) -> float:
     return max((size / rate[port] for port, size in row.items()), default=0.0)
 
 
+def _duty_cycles(snapshot: Snapshot, demand: np.ndarray, path_s: np.ndarray) -> np.ndarray:
+    """Each unit's busiest-port time over its remaining time alone (the longer of that and
+    its critical path ``path_s``): 1 for a unit that only sends, less for one that computes."""
+    capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
+    network_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
+    alone_s = np.maximum(path_s, network_s)
+    return np.divide(network_s, alone_s, out=np.ones_like(network_s), where=alone_s > 0)
+
+
 @dataclass(frozen=True, slots=True)
 class _UnitDemand:
     """A unit's demand as last computed, and the states it was computed from."""
@@ -84,6 +93,8 @@ class _UnitDemand:
     """Hosts, ports, ``future_stages`` and ``future_weight`` at the time."""
     vector: np.ndarray
     critical_first: tuple[CoflowKey, ...]
+    path_s: float
+    """Remaining critical path alone, for ``duty_exponent`` (0 when the knob is off)."""
 
     def holds_for(
         self,
@@ -181,9 +192,6 @@ class BeamerPolicy(BasePolicy):
         self._unit_cache: dict[tuple[int, ...], _UnitDemand] = {}
         self._alone_s: dict[tuple[int, int], float] = {}
         self._iteration_cache: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
-        self._path_cache: dict[
-            tuple[int, ...], tuple[ExperimentState, tuple[CoflowState, ...], float]
-        ] = {}
 
     # -- demand vectors --
 
@@ -312,18 +320,12 @@ class BeamerPolicy(BasePolicy):
         return float(now + later)
 
     def _path_left_s(
-        self, snapshot: Snapshot, unit: tuple[int, ...], coflows: list[CoflowState]
+        self, snapshot: Snapshot, state: ExperimentState, coflows: list[CoflowState]
     ) -> float:
-        """The unit's remaining critical path with the network to itself: per stage left,
-        its slowest trial's iterations of compute and synchronisation at line rate; a
-        trial synchronising now has its current coflow's remaining bytes left of that
+        """The experiment's remaining critical path with the network to itself: per stage
+        left, its slowest trial's iterations of compute and synchronisation at line rate;
+        a trial synchronising now has its current coflow's remaining bytes left of that
         iteration (its compute is behind it)."""
-        state = snapshot.experiments.get(unit[0])
-        if state is None:
-            return 0.0
-        known = self._path_cache.get(unit)
-        if known is not None and known[0] is state and known[1] == tuple(coflows):
-            return known[2]
         iteration_s, later_s = self._iteration_times(state, snapshot)
         rate = np.asarray(snapshot.port_capacity_bps) / 8.0
         syncing_s: dict[int, float] = {}
@@ -340,7 +342,6 @@ class BeamerPolicy(BasePolicy):
         path_s = now_s
         for stage_s in later_s:
             path_s += stage_s
-        self._path_cache[unit] = (state, tuple(coflows), path_s)
         return path_s
 
     def _iteration_times(
@@ -380,20 +381,6 @@ class BeamerPolicy(BasePolicy):
                     )
             known = self._iteration_cache[key] = (per_trial(state.stage_index), later_s)
         return known
-
-    def _duty_cycles(
-        self,
-        snapshot: Snapshot,
-        units: list[tuple[int, ...]],
-        members: dict[tuple[int, ...], list[CoflowState]],
-        demand: np.ndarray,
-    ) -> np.ndarray:
-        """Each unit's busiest-port time over its remaining time alone (≤ 1)."""
-        capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
-        network_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
-        path_s = np.array([self._path_left_s(snapshot, u, members[u]) for u in units])
-        alone_s = np.maximum(path_s, network_s)
-        return np.where(alone_s > 0, network_s / np.where(alone_s > 0, alone_s, 1.0), 1.0)
 
     def _stage_alone_s(self, state: ExperimentState, snapshot: Snapshot) -> float:
         """The running stage's time with the network to itself: its slowest trial's
@@ -447,6 +434,7 @@ class BeamerPolicy(BasePolicy):
             return Ranking(())
         demands = []
         critical = []
+        paths_s: list[float] = []
         weights = []
         # A unit whose coflow and experiment states are the very objects of the last
         # ranking (the simulator and the controller rebuild a state only when it changes)
@@ -468,11 +456,15 @@ class BeamerPolicy(BasePolicy):
                 vector, by_trial = self._demand(unit, coflows, snapshot)
                 # Inside a unit the critical trial (most remaining bytes) comes first.
                 ordered = sorted(coflows, key=lambda c: (-by_trial[c.key.trial_id], c.key))
+                path_s = 0.0
+                if self.duty_exponent is not None and state is not None:
+                    path_s = self._path_left_s(snapshot, state, coflows)
                 entry = _UnitDemand(
-                    tuple(coflows), state, inputs, vector, tuple(c.key for c in ordered)
+                    tuple(coflows), state, inputs, vector, tuple(c.key for c in ordered), path_s
                 )
             current[unit] = entry
             demands.append(entry.vector)
+            paths_s.append(entry.path_s)
             critical.append(entry.critical_first)
             weight = state.experiment.weight if state is not None else 1.0
             if self.aging_s is not None and state is not None:
@@ -493,7 +485,7 @@ class BeamerPolicy(BasePolicy):
             ]
             demand = np.hstack([demand, np.asarray(column)[:, None]])
         if self.duty_exponent is not None:
-            duty = self._duty_cycles(snapshot, units, members, demand)
+            duty = _duty_cycles(snapshot, demand, np.asarray(paths_s))
             demand = demand * (duty**self.duty_exponent)[:, None]
         if self.ordering == "bssi":
             order = bssi_order(demand, np.asarray(weights))
