@@ -15,6 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
 DEFAULT_TIME_SCALE = 0.6
 """Kept equal to :data:`bmv2_topos.emulate.DEFAULT_TIME_SCALE` (this module imports lazily)."""
+DEFAULT_RTO_MIN_MS = 10
+"""Kept equal to :data:`bmv2_topos.launcher.DEFAULT_RTO_MIN_MS`."""
 
 
 def register(subparsers: Any) -> None:
@@ -65,6 +67,13 @@ def add_network_options(parser: Any) -> None:
     seeds.add_argument("--seed", type=int, help="one seed")
     seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
     parser.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    parser.add_argument(
+        "--rto-min-ms",
+        type=int,
+        default=DEFAULT_RTO_MIN_MS,
+        help=f"the hosts' minimum TCP retransmission timeout (1..10000, default "
+        f"{DEFAULT_RTO_MIN_MS})",
+    )
     parser.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
     parser.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -79,6 +88,8 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
         seeds = parse_ints(args.seeds or "1", "--seeds")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
+    if not 1 <= args.rto_min_ms <= 10_000:
+        raise UserError(f"--rto-min-ms: {args.rto_min_ms} is out of range 1..10000")
     if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
         raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     return seeds
@@ -122,6 +133,7 @@ def run_emulate(args: argparse.Namespace) -> int:
         workload=args.workload,
         target=args.target,
         queues=args.queues,
+        rto_min_ms=args.rto_min_ms,
         time_scale=args.time_scale,
         bmv2_json=args.bmv2_json,
         p4info=args.p4info,

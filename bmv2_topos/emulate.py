@@ -36,7 +36,12 @@ from bmv2_topos.agent import (
     StageRecord,
     run_workload,
 )
-from bmv2_topos.launcher import DEFAULT_QUEUE_DEPTH_PACKETS, EmulatedNetwork, TargetName
+from bmv2_topos.launcher import (
+    DEFAULT_QUEUE_DEPTH_PACKETS,
+    DEFAULT_RTO_MIN_MS,
+    EmulatedNetwork,
+    TargetName,
+)
 from control.errors import UserError
 from control.model import Experiment, Stage, Workload
 from control.topology import Topology
@@ -227,6 +232,7 @@ class EmulationOptions:
     queues: int = 8
     time_scale: float = DEFAULT_TIME_SCALE
     queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
+    rto_min_ms: int = DEFAULT_RTO_MIN_MS
     bmv2_json: Path | None = None
     p4info: Path | None = None
 

@@ -123,9 +123,17 @@ class NetworkSettings(Protocol):
     @property
     def queue_depth_packets(self) -> int | None: ...
     @property
+    def rto_min_ms(self) -> int: ...
+    @property
     def bmv2_json(self) -> Path | None: ...
     @property
     def p4info(self) -> Path | None: ...
+
+
+DEFAULT_RTO_MIN_MS = 10
+"""The hosts' minimum TCP retransmission timeout: a data-centre value (Vasudevan et al.,
+SIGCOMM 2009), so that a flow starved in a low class does not sit out 200 ms+ backoffs
+after the classes above it have finished."""
 
 
 @dataclass
@@ -151,7 +159,7 @@ class EmulatedNetwork:
     switch_niceness: int = -10
     """A software switch stands in for hardware that shares no CPU: when the
     machine is busy, the hosts should slow down, not the network."""
-    rto_min_ms: int = 10
+    rto_min_ms: int = DEFAULT_RTO_MIN_MS
     mtu_bytes: int = 9000
     """Jumbo frames, as GPU clusters use: a sixth of the packets a 1500-byte MTU needs."""
     bmv2_json: Path | None = None
@@ -171,6 +179,7 @@ class EmulatedNetwork:
             target=settings.target,
             queues=settings.queues,
             queue_depth_packets=settings.queue_depth_packets,
+            rto_min_ms=settings.rto_min_ms,
             bmv2_json=settings.bmv2_json,
             p4info=settings.p4info,
         )
@@ -295,9 +304,7 @@ class EmulatedNetwork:
                 "link set eth0 up",
                 # Every peer is on-link: the switches route by IP and rewrite the
                 # destination MAC, so hosts need no gateway, only their peers' MACs.
-                # A data-centre minimum RTO (Vasudevan et al., SIGCOMM 2009): a TCP
-                # flow starved in a low class must not sit out 200 ms+ backoffs
-                # after the classes above it have finished.
+                # The minimum RTO: see DEFAULT_RTO_MIN_MS.
                 f"route replace {host.interface.network} dev eth0 src {host.ip} "
                 f"rto_min {self.rto_min_ms}ms",
                 f"route replace default dev eth0 rto_min {self.rto_min_ms}ms",

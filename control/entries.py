@@ -149,18 +149,16 @@ def resolve_layout(layout: PipelineLayout, names: P4Names) -> PipelineLayout:
         (layout.forward_action, layout.forward_port_param),
     ):
         names.action(action).param(param)
-    ack_table = layout.ack_table
-    if ack_table is not None:
-        if names.has_table(ack_table):
-            ack_table = names.table(ack_table).name
-            names.action(layout.ack_action).param(layout.class_param)
-        else:
-            # Another program without an ACK table: nothing to point at the top class.
-            ack_table = None
+    ack_table, ack_action = None, layout.ack_action
+    # A program without an ACK table (not beamer.p4) leaves nothing to point at the top class.
+    if layout.ack_table is not None and names.has_table(layout.ack_table):
+        ack_table = names.table(layout.ack_table).name
+        ack_action = names.action(layout.ack_action).name
+        names.action(ack_action).param(layout.class_param)
     return replace(
         layout,
         ack_table=ack_table,
-        ack_action=names.action(layout.ack_action).name if ack_table else layout.ack_action,
+        ack_action=ack_action,
         forward_table=names.table(layout.forward_table).name,
         forward_action=names.action(layout.forward_action).name,
         stage_table=names.table(layout.stage_table).name,

@@ -97,6 +97,16 @@ def test_cli_default_time_scale_matches_the_emulation_default() -> None:
     assert cli.DEFAULT_TIME_SCALE == emulate.DEFAULT_TIME_SCALE
 
 
+def test_cli_default_rto_min_matches_the_launcher_and_reaches_the_network() -> None:
+    from bmv2_topos import cli, launcher
+    from bmv2_topos.emulate import EmulationOptions
+
+    assert cli.DEFAULT_RTO_MIN_MS == launcher.DEFAULT_RTO_MIN_MS
+    topology = load_topology(REPO / "bmv2_topos" / "single_switch.json")
+    options = EmulationOptions(topology, ("fair",), (1,), rto_min_ms=200)
+    assert launcher.EmulatedNetwork.for_run(options, "fair").rto_min_ms == 200
+
+
 def test_shipped_topologies_load_and_have_one_link_rate() -> None:
     single = load_topology(REPO / "bmv2_topos" / "single_switch.json")
     assert len(single.hosts) == 8 and len(single.switches) == 1
@@ -187,6 +197,7 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(
 ) -> None:
     assert main(["emulate", "--seeds", "1,x"]) == 2
     assert main(["emulate", "--queues", "9"]) == 2
+    assert main(["emulate", "--rto-min-ms", "0"]) == 2
     assert main(["emulate", "--target", "bmv2"]) == 2  # needs --bmv2-json and --p4info
 
 

@@ -93,6 +93,7 @@ def run_tune(args: argparse.Namespace) -> int:
         policies=policies,
         seeds=seeds,
         queues=args.queues,
+        rto_min_ms=args.rto_min_ms,
         trials=args.trials,
         max_t=args.max_t,
         reduction_factor=args.eta,

@@ -33,7 +33,12 @@ from bmv2_topos.emulate import (
     predicted_scts_s,
     topology_link_bps,
 )
-from bmv2_topos.launcher import DEFAULT_QUEUE_DEPTH_PACKETS, EmulatedNetwork, TargetName
+from bmv2_topos.launcher import (
+    DEFAULT_QUEUE_DEPTH_PACKETS,
+    DEFAULT_RTO_MIN_MS,
+    EmulatedNetwork,
+    TargetName,
+)
 from control.errors import UserError
 from control.files import write_csv
 from control.model import Experiment, Workload
@@ -76,6 +81,7 @@ class TuneOptions:
     bmv2_json: Path | None = None
     p4info: Path | None = None
     queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
+    rto_min_ms: int = DEFAULT_RTO_MIN_MS
 
 
 @dataclass(frozen=True, slots=True)
