@@ -46,7 +46,7 @@ from workloads.loader import load_workload
 GOALS = {"offline_wall_s": 3.0, "fb2010_wall_s": 10.0, "hp_tuning_speedup": 4.0}
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Timing:
     """Medians over the repeats: wall and CPU time of the whole run, and the CPU time spent
     inside the policy's ``rank`` (both flow models run the same ranking, so the model's own
