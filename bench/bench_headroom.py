@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
+from bench.heldout import mix_workload
 from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy
@@ -60,8 +61,21 @@ from workloads.hp_tuning import HpTuningConfig
 POLICIES = ("beamer", "beamer-v1", "sincronia")
 
 
-def instance(seed: int) -> Workload:
-    """The small instance of ``seed``: the generator's shapes, fewer hosts, jobs and iterations."""
+INSTANCES = {
+    "small": "12 hosts at 10 Gbit/s, 3 jobs, 1 iteration per budget unit",
+    "default": "the held-out tables' default workload (bench.heldout's 'default' mix)",
+}
+"""The instance kinds ``--instance`` accepts, as the JSON describes them."""
+
+
+def instance(seed: int, kind: str = "small") -> Workload:
+    """The instance of ``seed``: ``small`` (the generator's shapes with fewer hosts, jobs and
+    iterations, where a search can see much of the space) or ``default`` (the workload of
+    the held-out tables, where the search is a local one around the policies' orders)."""
+    if kind == "default":
+        return mix_workload("default", seed)
+    if kind != "small":
+        raise UserError(f"--instance: {kind!r} is not one of {', '.join(INSTANCES)}")
     return hp_tuning.generate(
         HpTuningConfig(seed=seed, num_hosts=12, num_jobs=3, iterations_per_unit=1)
     )
@@ -102,16 +116,21 @@ def lower_bound(workload: Workload) -> float:
     return total / stages
 
 
-def neighbours(order: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every order one insertion or one swap away (without repeats)."""
+def neighbours(order: tuple[int, ...], window: int | None = None) -> list[tuple[int, ...]]:
+    """Every order one insertion or one swap away (without repeats); with ``window``, only
+    the moves of at most that many places (on large instances the full neighbourhood
+    costs more simulations than the search has, and far moves seldom pay)."""
     found: dict[tuple[int, ...], None] = {}
     n = len(order)
+    reach = n if window is None else window
     for i in range(n):
         rest = order[:i] + order[i + 1 :]
-        for j in range(n):
+        for j in range(max(0, i - reach), min(n, i + reach + 1)):
             if j != i:
                 found[(*rest[:j], order[i], *rest[j:])] = None
     for i, j in itertools.combinations(range(n), 2):
+        if j - i > reach:
+            continue
         swapped = list(order)
         swapped[i], swapped[j] = swapped[j], swapped[i]
         found[tuple(swapped)] = None
@@ -127,6 +146,7 @@ def search(
     max_evals: int,
     max_exhaustive: int,
     seed: int,
+    window: int | None = None,
 ) -> tuple[tuple[int, ...], str]:
     """The best order found and how (``exhaustive`` or ``local``); ``evaluate`` is cached."""
     if math.factorial(len(ids)) <= max_exhaustive:
@@ -152,7 +172,7 @@ def search(
         improved = True
         while improved and len(seen) < max_evals:
             improved = False
-            candidates = neighbours(current)
+            candidates = neighbours(current, window)
             rng.shuffle(candidates)
             for candidate in candidates:
                 if len(seen) >= max_evals:
@@ -172,8 +192,10 @@ def one_seed(
     max_exhaustive: int,
     earlier: Sequence[tuple[int, ...]] = (),
     classes: int | None = None,
+    kind: str = "small",
+    window: int | None = None,
 ) -> dict:
-    workload = instance(seed)
+    workload = instance(seed, kind)
     ids = [e.experiment_id for e in workload.experiments]
     config = SimConfig(num_classes=classes)
 
@@ -197,6 +219,7 @@ def one_seed(
         max_evals=max_evals,
         max_exhaustive=max_exhaustive,
         seed=seed,
+        window=window,
     )
     row: dict[str, Any] = {
         "seed": seed,
@@ -218,9 +241,11 @@ def one_seed(
     return row
 
 
-def screen_seed(seed: int, policies: Sequence[str], classes: int | None) -> dict[str, float]:
-    """Average SCT of each policy and of Sincronia on the small instance (no search)."""
-    workload = instance(seed)
+def screen_seed(
+    seed: int, policies: Sequence[str], classes: int | None, kind: str = "small"
+) -> dict[str, float]:
+    """Average SCT of each policy and of Sincronia on the instance (no search)."""
+    workload = instance(seed, kind)
     config = SimConfig(num_classes=classes)
     return {
         name: avg_sct(simulate(workload, policy_from_spec(name), config))
@@ -309,11 +334,25 @@ def run_main() -> None:
         help="no search: each policy over Sincronia only (screening policy variants)",
     )
     parser.add_argument(
+        "--instance",
+        default="small",
+        choices=tuple(INSTANCES),
+        help="small instances (the default) or the held-out tables' default workload",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="local search moves an experiment at most this many places (default: any)",
+    )
+    parser.add_argument(
         "--queues",
         default="ideal",
         help="ideal or K classes: the policies and the static orders alike are quantised to K",
     )
     args = parser.parse_args()
+    if args.window is not None and args.window < 1:
+        raise UserError(f"--window: {args.window} is not a number of places of at least 1")
     seeds = [3, 5] if args.quick else parse_seed_ranges(args.seeds)
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))
@@ -326,9 +365,22 @@ def run_main() -> None:
     if args.screen:
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
             runs = list(
-                pool.map(screen_seed, seeds, [policies] * len(seeds), [classes] * len(seeds))
+                pool.map(
+                    screen_seed,
+                    seeds,
+                    [policies] * len(seeds),
+                    [classes] * len(seeds),
+                    [args.instance] * len(seeds),
+                )
             )
-        emit({"queues": args.queues, "seeds": seeds, "screen": screen_summary(runs, policies)})
+        emit(
+            {
+                "instances": INSTANCES[args.instance],
+                "queues": args.queues,
+                "seeds": seeds,
+                "screen": screen_summary(runs, policies),
+            }
+        )
         return
     earlier: dict[int, list[tuple[int, ...]]] = {}
     if args.start_from:
@@ -337,13 +389,24 @@ def run_main() -> None:
                 earlier.setdefault(row["seed"], []).append(tuple(row["best_order"]))
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
         futures = [
-            pool.submit(one_seed, s, policies, evals, args.exhaustive, earlier.get(s, []), classes)
+            pool.submit(
+                one_seed,
+                s,
+                policies,
+                evals,
+                args.exhaustive,
+                earlier.get(s, []),
+                classes,
+                args.instance,
+                args.window,
+            )
             for s in seeds
         ]
         rows = [f.result() for f in futures]
     emit(
         {
-            "instances": "12 hosts at 10 Gbit/s, 3 jobs, 1 iteration per budget unit",
+            "instances": INSTANCES[args.instance],
+            "window": args.window,
             "queues": args.queues,
             "summary": summarize(rows, policies),
             "seeds": rows,

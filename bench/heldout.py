@@ -28,6 +28,7 @@ import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
 from control.errors import UserError
+from control.model import Workload
 from control.policies.spec import policy_from_spec
 from sim.engine import SimConfig, simulate
 from workloads import hp_tuning
@@ -44,10 +45,15 @@ SETTINGS: dict[str, tuple[str, int | None]] = {
 }
 
 
+def mix_workload(mix: str, seed: int) -> Workload:
+    """The HP-tuning workload of a held-out mix (``default``, ``sha-only``, ...) and seed."""
+    jobs = Shape(mix=SHAPE_MIXES[mix]).jobs()
+    return hp_tuning.generate(HpTuningConfig(seed=seed, jobs=jobs))
+
+
 def one_run(setting: str, seed: int, policies: Sequence[str]) -> dict[str, dict[str, float]]:
     mix, classes = SETTINGS[setting]
-    jobs = Shape(mix=SHAPE_MIXES[mix]).jobs()
-    workload = hp_tuning.generate(HpTuningConfig(seed=seed, jobs=jobs))
+    workload = mix_workload(mix, seed)
     out = {}
     for spec in ("sincronia", *policies):
         result = simulate(workload, policy_from_spec(spec), SimConfig(num_classes=classes))

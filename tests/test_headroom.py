@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bench.bench_headroom import lower_bound, neighbours, one_seed, search
+from bench.bench_headroom import instance, lower_bound, neighbours, one_seed, search
+from bench.heldout import mix_workload
 from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import get_policy
@@ -74,6 +75,26 @@ def test_neighbours_are_every_insertion_and_swap_once() -> None:
     # (n-1)^2 distinct insertions plus the swaps of non-adjacent pairs.
     assert len(found) == 9 + 3
     assert (3, 0, 1, 2) in found and (3, 1, 2, 0) in found
+
+
+def test_a_window_keeps_only_the_moves_of_that_many_places() -> None:
+    order = tuple(range(8))
+    near = neighbours(order, window=2)
+    assert set(near) < set(neighbours(order))
+    for candidate in near:
+        moved = [abs(candidate.index(e) - i) for i, e in enumerate(order)]
+        assert max(moved) <= 2
+    # Every move of at most two places is there: (2, 0, 1, ...) and the far swap of 5 and 7.
+    assert (2, 0, 1, 3, 4, 5, 6, 7) in near and (0, 1, 2, 3, 4, 7, 6, 5) in near
+    assert (3, 0, 1, 2, 4, 5, 6, 7) not in near
+    assert set(neighbours(order, window=7)) == set(neighbours(order))
+
+
+def test_the_default_instance_is_the_held_out_default_workload() -> None:
+    assert instance(12, "default") == mix_workload("default", 12)
+    assert len(instance(12, "default").experiments) > len(instance(12).experiments)
+    with pytest.raises(UserError, match="--instance"):
+        instance(12, "huge")
 
 
 def test_search_finds_the_best_order_exhaustively_and_locally() -> None:
