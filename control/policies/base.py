@@ -110,16 +110,23 @@ class PortVector(Mapping[int, float]):
         return int(np.count_nonzero(self.array))
 
 
+def add_port_bytes(vector: np.ndarray, ports: Mapping[int, float]) -> None:
+    """``vector[port] += bytes`` for each port of ``ports`` (dense rows in one numpy add)."""
+    if isinstance(ports, PortVector):
+        if len(ports.array) == len(vector):
+            vector += ports.array
+        else:
+            vector[: len(ports.array)] += ports.array
+    else:
+        for port, size in ports.items():
+            vector[port] += size
+
+
 def demand_matrix(coflows: Sequence[CoflowState], num_ports: int) -> np.ndarray:
     """Remaining bytes, one row per coflow and one column per port."""
     matrix = np.zeros((len(coflows), num_ports))
     for row, coflow in enumerate(coflows):
-        ports = coflow.remaining_by_port
-        if isinstance(ports, PortVector):
-            matrix[row, : len(ports.array)] = ports.array
-        else:
-            for port, size in ports.items():
-                matrix[row, port] = size
+        add_port_bytes(matrix[row], coflow.remaining_by_port)
     return matrix
 
 

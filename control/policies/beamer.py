@@ -36,6 +36,7 @@ from control.policies.base import (
     PortVector,
     Ranking,
     Snapshot,
+    add_port_bytes,
     demand_matrix,
 )
 from control.policies.bssi import bssi_order
@@ -272,15 +273,7 @@ class BeamerPolicy(BasePolicy):
         trial_bytes: dict[int, float] = defaultdict(float)
         active_trials: set[int] = set()
         for coflow in coflows:
-            row = coflow.remaining_by_port
-            if isinstance(row, PortVector):
-                if len(row.array) == ports:
-                    vector += row.array
-                else:
-                    vector[: len(row.array)] += row.array
-            else:
-                for port, size in row.items():
-                    vector[port] += size
+            add_port_bytes(vector, coflow.remaining_by_port)
             trial_bytes[coflow.key.trial_id] += coflow.remaining_bytes
             active_trials.add(coflow.key.trial_id)
         state = snapshot.experiments.get(unit[0])
