@@ -26,6 +26,11 @@ Per seed: each policy's average SCT over the best static order's; over all
 seeds, the *share of the gain* each policy takes: Σ (Sincronia − policy) /
 Σ (Sincronia − best), in seconds of average SCT.
 
+``--instance default`` runs on the held-out tables' default workload instead
+(21–38 experiments), where ``--window`` keeps the local search to short moves.
+``--moves-from`` reads an earlier run's JSON and counts what its best orders
+changed from a policy's completion order (see :func:`reversed_pairs`).
+
 ``--screen`` skips the search and reports each policy's average SCT over
 Sincronia's on the same instances (how Beamer variants were screened on
 the tuning seeds 1–10); a policy is a name or ``beamer:knob=value;...``.
@@ -49,7 +54,7 @@ import numpy as np
 from bench.common import emit, parse_seed_ranges, run_command
 from bench.heldout import mix_workload
 from control.errors import UserError
-from control.model import Workload
+from control.model import Stage, Workload
 from control.policies.base import BasePolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
@@ -94,26 +99,111 @@ def completion_order(workload: Workload, result: SimResult) -> tuple[int, ...]:
     return tuple(sorted(end, key=lambda e: (end[e], e)))
 
 
+def stage_alone_s(workload: Workload, stage: Stage) -> float:
+    """A stage's time with the network to itself: its longest trial's iterations of compute
+    and synchronisation, the iteration's coflow at full link rate on its busiest port."""
+    rate = workload.link_bps / 8.0
+    longest = 0.0
+    for trial in stage.trials:
+        ports: dict[int, float] = {}
+        for flow in trial.sync_flows:
+            if flow.src_host != flow.dst_host:
+                ports[flow.src_host] = ports.get(flow.src_host, 0.0) + flow.size_bytes
+                dst = workload.num_hosts + flow.dst_host
+                ports[dst] = ports.get(dst, 0.0) + flow.size_bytes
+        sync_s = max(ports.values(), default=0.0) / rate
+        longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
+    return longest
+
+
 def lower_bound(workload: Workload) -> float:
     """Average SCT no schedule can beat: each stage's longest trial, run alone at full rate."""
-    rate = workload.link_bps / 8.0
     total = 0.0
     stages = 0
     for experiment in workload.experiments:
         for stage in experiment.stages:
             stages += 1
-            longest = 0.0
+            total += stage_alone_s(workload, stage)
+    return total / stages
+
+
+PROFILE_FIELDS = ("alone_s", "stages", "busiest_port_s", "duty_cycle")
+
+
+def experiment_profiles(workload: Workload) -> dict[int, dict[str, float]]:
+    """Per experiment: its time alone (its stages' in sequence), its stages, its busiest
+    port's bytes over all stages at line rate, and the ratio of the two (its duty cycle)."""
+    rate = workload.link_bps / 8.0
+    profiles = {}
+    for experiment in workload.experiments:
+        ports: dict[int, float] = {}
+        for stage in experiment.stages:
             for trial in stage.trials:
-                ports: dict[int, float] = {}
                 for flow in trial.sync_flows:
                     if flow.src_host != flow.dst_host:
-                        ports[flow.src_host] = ports.get(flow.src_host, 0.0) + flow.size_bytes
-                        dst = workload.num_hosts + flow.dst_host
-                        ports[dst] = ports.get(dst, 0.0) + flow.size_bytes
-                sync_s = max(ports.values(), default=0.0) / rate
-                longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
-            total += longest
-    return total / stages
+                        for port in (flow.src_host, workload.num_hosts + flow.dst_host):
+                            ports[port] = ports.get(port, 0.0) + trial.iterations * flow.size_bytes
+        alone_s = sum(stage_alone_s(workload, stage) for stage in experiment.stages)
+        busiest_s = max(ports.values(), default=0.0) / rate
+        profiles[experiment.experiment_id] = {
+            "alone_s": alone_s,
+            "stages": float(len(experiment.stages)),
+            "busiest_port_s": busiest_s,
+            "duty_cycle": busiest_s / alone_s if alone_s > 0 else 1.0,
+        }
+    return profiles
+
+
+def reversed_pairs(
+    workload: Workload,
+    before: Sequence[int],
+    after: Sequence[int],
+    within_s: float = 60.0,
+) -> dict[str, dict[str, int]]:
+    """How ``after`` reorders ``before``: over the pairs of experiments arriving within
+    ``within_s`` of each other whose order it reverses, how often the experiment it moves
+    ahead has the larger or the smaller value of each profile field (what a better order
+    does differently, as counts a reader can weigh)."""
+    profiles = experiment_profiles(workload)
+    arrival = {e.experiment_id: e.arrival_s for e in workload.experiments}
+    place_before = {e: i for i, e in enumerate(before)}
+    place_after = {e: i for i, e in enumerate(after)}
+    counts = {name: {"ahead_larger": 0, "ahead_smaller": 0} for name in PROFILE_FIELDS}
+    counts["pairs"] = {"reversed": 0}
+    for a, b in itertools.combinations(sorted(place_before), 2):
+        if abs(arrival[a] - arrival[b]) > within_s:
+            continue
+        if (place_before[a] - place_before[b]) * (place_after[a] - place_after[b]) >= 0:
+            continue
+        ahead, behind = (a, b) if place_after[a] < place_after[b] else (b, a)
+        counts["pairs"]["reversed"] += 1
+        for name in PROFILE_FIELDS:
+            if profiles[ahead][name] > profiles[behind][name]:
+                counts[name]["ahead_larger"] += 1
+            elif profiles[ahead][name] < profiles[behind][name]:
+                counts[name]["ahead_smaller"] += 1
+    return counts
+
+
+def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
+    """:func:`reversed_pairs` from ``policy``'s completion order to the best order found, summed
+    over the seeds of an earlier run's JSON (its instances rebuilt from their seeds)."""
+    try:
+        with open(path) as handle:
+            rows = json.load(handle)["seeds"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{path}: not a bench_headroom JSON ({error})") from None
+    total: dict[str, dict[str, int]] = {}
+    for row in rows:
+        key = f"{policy}_completion_order"
+        if key not in row:
+            raise UserError(f"{path}: seed {row.get('seed')} has no {key} (policy not run)")
+        counts = reversed_pairs(instance(int(row["seed"]), kind), row[key], row["best_order"])
+        for name, cells in counts.items():
+            for cell, value in cells.items():
+                total.setdefault(name, {}).setdefault(cell, 0)
+                total[name][cell] += value
+    return {"from": policy, "seeds": [row["seed"] for row in rows], "reversed_pairs": total}
 
 
 def neighbours(order: tuple[int, ...], window: int | None = None) -> list[tuple[int, ...]]:
@@ -340,6 +430,15 @@ def run_main() -> None:
         help="small instances (the default) or the held-out tables' default workload",
     )
     parser.add_argument(
+        "--moves-from",
+        default=None,
+        metavar="JSON",
+        help="no search: what an earlier run's best orders changed from --moves-policy's",
+    )
+    parser.add_argument(
+        "--moves-policy", default="beamer", help="whose completion order --moves-from reads"
+    )
+    parser.add_argument(
         "--window",
         type=int,
         default=None,
@@ -362,6 +461,9 @@ def run_main() -> None:
     if len(modes) != 1:
         raise UserError("--queues: one mode only (ideal or K classes)")
     classes = modes[0]
+    if args.moves_from:
+        emit(moves_from(args.moves_from, args.moves_policy, args.instance))
+        return
     if args.screen:
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
             runs = list(

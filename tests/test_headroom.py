@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench.bench_headroom import instance, lower_bound, neighbours, one_seed, search
+from bench.bench_headroom import (
+    experiment_profiles,
+    instance,
+    lower_bound,
+    moves_from,
+    neighbours,
+    one_seed,
+    reversed_pairs,
+    search,
+)
 from bench.heldout import mix_workload
 from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
@@ -65,6 +76,47 @@ def test_lower_bound_is_exact_alone_and_below_every_schedule_together() -> None:
     for name in ("beamer", "sincronia", "fair"):
         sct = np.mean(list(simulate(shared, get_policy(name)).sct_s.values()))
         assert lower_bound(shared) < sct
+
+
+def test_reversed_pairs_say_what_the_experiment_moved_ahead_is_like() -> None:
+    # Experiment 1 is longer alone than 0 (three iterations against one) and has two
+    # stages; 2 arrives far later and is never counted.
+    long_stages = (
+        Stage(0, (TrialStage(0, 3, 0.5, (Flow(0, 1, 10**9),)),)),
+        Stage(1, (TrialStage(0, 1, 0.5, (Flow(0, 1, 10**9),)),)),
+    )
+    workload = Workload(
+        2,
+        8e9,
+        (
+            chain(0, 0, 1, 10**9, 1),
+            Experiment(1, 10.0, long_stages),
+            Experiment(2, 500.0, (Stage(0, (TrialStage(0, 1, 0.1, ()),)),)),
+        ),
+    )
+    profiles = experiment_profiles(workload)
+    assert profiles[0]["alone_s"] == pytest.approx(1.5)
+    assert profiles[1]["alone_s"] == pytest.approx(4.5 + 1.5)
+    assert profiles[1]["busiest_port_s"] == pytest.approx(4.0)
+    assert profiles[2]["duty_cycle"] == 0.0
+    counts = reversed_pairs(workload, (0, 1, 2), (1, 0, 2))
+    assert counts["pairs"] == {"reversed": 1}
+    assert counts["alone_s"] == {"ahead_larger": 1, "ahead_smaller": 0}
+    assert counts["stages"] == {"ahead_larger": 1, "ahead_smaller": 0}
+    # Moving 2 (500 s later) ahead of both reverses two pairs that arrive too far apart.
+    assert reversed_pairs(workload, (0, 1, 2), (2, 0, 1))["pairs"] == {"reversed": 0}
+    assert reversed_pairs(workload, (0, 1, 2), (0, 1, 2))["pairs"] == {"reversed": 0}
+
+
+def test_moves_from_refuses_a_file_that_is_not_a_headroom_run(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(UserError, match="not a bench_headroom JSON"):
+        moves_from(str(bad), "beamer", "small")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"seeds": [{"seed": 1, "best_order": [0, 1, 2]}]}))
+    with pytest.raises(UserError, match="no beamer_completion_order"):
+        moves_from(str(other), "beamer", "small")
 
 
 def test_neighbours_are_every_insertion_and_swap_once() -> None:
