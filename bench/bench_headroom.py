@@ -54,7 +54,7 @@ import numpy as np
 from bench.common import emit, parse_seed_ranges, run_command
 from bench.heldout import mix_workload
 from control.errors import UserError
-from control.model import Stage, Workload
+from control.model import Stage, TrialStage, Workload
 from control.policies.base import BasePolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
@@ -99,18 +99,24 @@ def completion_order(workload: Workload, result: SimResult) -> tuple[int, ...]:
     return tuple(sorted(end, key=lambda e: (end[e], e)))
 
 
+def iteration_port_bytes(workload: Workload, trial: TrialStage) -> dict[int, float]:
+    """Bytes one iteration of ``trial`` puts on each sender and receiver port."""
+    ports: dict[int, float] = {}
+    for flow in trial.sync_flows:
+        if flow.src_host != flow.dst_host:
+            ports[flow.src_host] = ports.get(flow.src_host, 0.0) + flow.size_bytes
+            dst = workload.num_hosts + flow.dst_host
+            ports[dst] = ports.get(dst, 0.0) + flow.size_bytes
+    return ports
+
+
 def stage_alone_s(workload: Workload, stage: Stage) -> float:
     """A stage's time with the network to itself: its longest trial's iterations of compute
     and synchronisation, the iteration's coflow at full link rate on its busiest port."""
     rate = workload.link_bps / 8.0
     longest = 0.0
     for trial in stage.trials:
-        ports: dict[int, float] = {}
-        for flow in trial.sync_flows:
-            if flow.src_host != flow.dst_host:
-                ports[flow.src_host] = ports.get(flow.src_host, 0.0) + flow.size_bytes
-                dst = workload.num_hosts + flow.dst_host
-                ports[dst] = ports.get(dst, 0.0) + flow.size_bytes
+        ports = iteration_port_bytes(workload, trial)
         sync_s = max(ports.values(), default=0.0) / rate
         longest = max(longest, trial.iterations * (trial.compute_s + sync_s))
     return longest
@@ -139,10 +145,8 @@ def experiment_profiles(workload: Workload) -> dict[int, dict[str, float]]:
         ports: dict[int, float] = {}
         for stage in experiment.stages:
             for trial in stage.trials:
-                for flow in trial.sync_flows:
-                    if flow.src_host != flow.dst_host:
-                        for port in (flow.src_host, workload.num_hosts + flow.dst_host):
-                            ports[port] = ports.get(port, 0.0) + trial.iterations * flow.size_bytes
+                for port, size in iteration_port_bytes(workload, trial).items():
+                    ports[port] = ports.get(port, 0.0) + trial.iterations * size
         alone_s = sum(stage_alone_s(workload, stage) for stage in experiment.stages)
         busiest_s = max(ports.values(), default=0.0) / rate
         profiles[experiment.experiment_id] = {
