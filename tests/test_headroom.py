@@ -13,6 +13,7 @@ from bench.bench_headroom import (
     experiment_profiles,
     instance,
     lower_bound,
+    main,
     moves_from,
     neighbours,
     one_seed,
@@ -184,3 +185,24 @@ def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> No
     assert one_class["best_static_avg_sct_s"] == pytest.approx(one_class["sincronia_avg_sct_s"])
     ideal = one_seed(1, ("fair",), max_evals=6, max_exhaustive=6)
     assert ideal["best_static_avg_sct_s"] < ideal["fair_avg_sct_s"] * 0.99
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--window", "0"], "--window: 0 is not a number of places"),
+        (["--instance", "default", "--moves-from", "/nonexistent.json"], "not a bench_headroom"),
+    ],
+)
+def test_bad_headroom_options_are_one_line_and_exit_2(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_headroom", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
