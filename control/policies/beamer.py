@@ -21,6 +21,7 @@ forgetting the future stages.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -33,7 +34,6 @@ from control.policies.base import (
     BasePolicy,
     CoflowState,
     ExperimentState,
-    PortVector,
     Ranking,
     Snapshot,
     add_port_bytes,
@@ -69,10 +69,15 @@ def add_iterations(vector: np.ndarray, left: np.ndarray, per_iteration: np.ndarr
 
 def _busiest_port_s(coflow: CoflowState, rate: np.ndarray) -> float:
     """The coflow's remaining bytes on its busiest port at that port's line rate."""
-    row = coflow.remaining_by_port
-    if isinstance(row, PortVector):
-        return float((row.array / rate[: len(row.array)]).max(initial=0.0))
-    return max((size / rate[port] for port, size in row.items()), default=0.0)
+    vector = np.zeros(len(rate))
+    add_port_bytes(vector, coflow.remaining_by_port)
+    return float((vector / rate).max(initial=0.0))
+
+
+def _slowest_trial_s(trials: Sequence[TrialStage], iteration_s: Sequence[float]) -> float:
+    """A stage's time alone by its trials: the slowest one's iterations, each taking its
+    iteration's time alone (0 for a stage without trials)."""
+    return max((t.iterations * s for t, s in zip(trials, iteration_s, strict=True)), default=0.0)
 
 
 def _duty_cycles(snapshot: Snapshot, demand: np.ndarray, path_s: np.ndarray) -> np.ndarray:
@@ -363,15 +368,7 @@ class BeamerPolicy(BasePolicy):
             if self.future_stages:
                 for index in range(state.stage_index + 1, len(experiment.stages)):
                     trials = experiment.stages[index].trials
-                    later_s.append(
-                        max(
-                            (
-                                t.iterations * s
-                                for t, s in zip(trials, per_trial(index), strict=True)
-                            ),
-                            default=0.0,
-                        )
-                    )
+                    later_s.append(_slowest_trial_s(trials, per_trial(index)))
             known = self._iteration_cache[key] = (per_trial(state.stage_index), later_s)
         return known
 
@@ -388,10 +385,7 @@ class BeamerPolicy(BasePolicy):
             plan = self._stage_trials(experiment, state.stage_index, snapshot.num_hosts, ports)
             stage = experiment.stages[state.stage_index]
             iteration_s, _ = self._iteration_times(state, snapshot)
-            slowest_s = max(
-                trial.iterations * seconds
-                for trial, seconds in zip(stage.trials, iteration_s, strict=True)
-            )
+            slowest_s = _slowest_trial_s(stage.trials, iteration_s)
             busiest_s = float(
                 (np.asarray(plan.iterations, dtype=float) @ plan.per_iteration / rate).max()
             )
