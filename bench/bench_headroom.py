@@ -57,7 +57,7 @@ from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
 from control.policies.base import BasePolicy
 from control.policies.spec import policy_from_spec
-from control.policies.static_order import StaticOrderPolicy
+from control.policies.static_order import StaticOrderPolicy, neighbours
 from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
@@ -208,28 +208,6 @@ def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
                 total.setdefault(name, {}).setdefault(cell, 0)
                 total[name][cell] += value
     return {"from": policy, "seeds": [row["seed"] for row in rows], "reversed_pairs": total}
-
-
-def neighbours(order: tuple[int, ...], window: int | None = None) -> list[tuple[int, ...]]:
-    """Every order one insertion or one swap away (without repeats); with ``window``, only
-    the moves of at most that many places (on large instances the full neighbourhood
-    costs more simulations than the search has, and far moves seldom pay)."""
-    found: dict[tuple[int, ...], None] = {}
-    n = len(order)
-    reach = n if window is None else window
-    for i in range(n):
-        rest = order[:i] + order[i + 1 :]
-        for j in range(max(0, i - reach), min(n, i + reach + 1)):
-            if j != i:
-                found[(*rest[:j], order[i], *rest[j:])] = None
-    for i, j in itertools.combinations(range(n), 2):
-        if j - i > reach:
-            continue
-        swapped = list(order)
-        swapped[i], swapped[j] = swapped[j], swapped[i]
-        found[tuple(swapped)] = None
-    found.pop(order, None)
-    return list(found)
 
 
 def search(

@@ -15,7 +15,6 @@ from bench.bench_headroom import (
     lower_bound,
     main,
     moves_from,
-    neighbours,
     one_seed,
     reversed_pairs,
     search,
@@ -27,7 +26,7 @@ from control.policies import get_policy
 from control.policies.base import CoflowState, Snapshot
 from control.policies.beamer import BeamerPolicy
 from control.policies.spec import policy_from_spec
-from control.policies.static_order import StaticOrderPolicy
+from control.policies.static_order import StaticOrderPolicy, neighbours
 from sim.engine import simulate
 
 GBPS = 1e9

@@ -11,6 +11,7 @@ on an instance, whatever rule produced it.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import ClassVar
@@ -40,3 +41,25 @@ class StaticOrderPolicy(BasePolicy):
             groups[experiment].append(coflow.key)
         ranked = sorted(groups, key=self._position.__getitem__)
         return Ranking(tuple(tuple(sorted(groups[e])) for e in ranked))
+
+
+def neighbours(order: tuple[int, ...], window: int | None = None) -> list[tuple[int, ...]]:
+    """Every order one insertion or one swap away (without repeats); with ``window``, only
+    the moves of at most that many places (on large instances the full neighbourhood
+    costs more simulations than the search has, and far moves seldom pay)."""
+    found: dict[tuple[int, ...], None] = {}
+    n = len(order)
+    reach = n if window is None else window
+    for i in range(n):
+        rest = order[:i] + order[i + 1 :]
+        for j in range(max(0, i - reach), min(n, i + reach + 1)):
+            if j != i:
+                found[(*rest[:j], order[i], *rest[j:])] = None
+    for i, j in itertools.combinations(range(n), 2):
+        if j - i > reach:
+            continue
+        swapped = list(order)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        found[tuple(swapped)] = None
+    found.pop(order, None)
+    return list(found)

@@ -1,0 +1,165 @@
+"""Beamer's lookahead: the residual workload, the order search, and the online bench."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bench.bench_rollout import EpochOrderPolicy, main, online_order
+from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
+from control.policies import get_policy
+from control.policies.base import CoflowState, ExperimentState, Snapshot
+from control.policies.lookahead import (
+    LookaheadPolicy,
+    improve,
+    insert_best,
+    residual_workload,
+)
+from control.policies.static_order import StaticOrderPolicy
+from sim.engine import SimConfig, simulate
+
+
+def one_flow_trial(trial_id: int, iterations: int, size: int) -> TrialStage:
+    return TrialStage(trial_id, iterations, 0.5, (Flow(0, 1, size),))
+
+
+def test_residual_workload_keeps_what_is_left_of_each_experiment() -> None:
+    # Experiment 4 runs stage 1 of 3: trial 0 has 2 of 5 iterations done, trial 1 all 3.
+    stages = (
+        Stage(0, (one_flow_trial(0, 1, 100),)),
+        Stage(1, (one_flow_trial(0, 5, 100), one_flow_trial(1, 3, 100))),
+        Stage(2, (one_flow_trial(0, 2, 100),)),
+    )
+    plan = Experiment(4, 7.0, stages, kind="hyperband", weight=2.0)
+    state = ExperimentState(plan, stage_index=1, stage_release_s=9.0, iterations_done={0: 2, 1: 3})
+    snap = Snapshot(12.0, 2, (8e9, 8e9, 4e9, 8e9), (), {4: state})
+    residual = residual_workload(snap)
+    assert residual.num_hosts == 2 and residual.link_bps == 4e9
+    (left,) = residual.experiments
+    assert (left.experiment_id, left.arrival_s) == (4, 0.0)
+    assert (left.kind, left.weight) == ("hyperband", 2.0)
+    assert [s.stage_id for s in left.stages] == [1, 2]
+    assert [(t.trial_id, t.iterations) for t in left.stages[0].trials] == [(0, 3)]
+    assert left.stages[1] == stages[2]
+
+
+def test_a_running_stage_with_every_trial_done_is_dropped() -> None:
+    stages = (Stage(0, (one_flow_trial(0, 2, 100),)), Stage(1, (one_flow_trial(0, 1, 100),)))
+    state = ExperimentState(Experiment(0, 0.0, stages), 0, 0.0, {0: 2})
+    (left,) = residual_workload(Snapshot(1.0, 2, (8e9,) * 4, (), {0: state})).experiments
+    assert left.stages == (stages[1],)
+
+
+def test_insert_best_puts_each_new_experiment_where_the_cost_is_lowest() -> None:
+    wanted = (5, 1, 4, 2, 3)
+
+    def cost(order: tuple[int, ...]) -> float:
+        return float(sum(abs(order.index(e) - wanted.index(e)) for e in order))
+
+    assert insert_best(cost, (1, 2, 3), [5, 4]) == wanted
+    # Only the new ones move: the previous order's own mistakes stay.
+    assert insert_best(cost, (2, 1, 3), [5, 4]) == (5, 2, 1, 4, 3)
+
+
+def test_improve_climbs_within_its_budget() -> None:
+    target = (0, 1, 2, 3, 4, 5)
+    calls: list[tuple[int, ...]] = []
+
+    def cost(order: tuple[int, ...]) -> float:
+        calls.append(order)
+        return float(sum(i != e for i, e in enumerate(order)))
+
+    start = (1, 0, 2, 3, 5, 4)
+    assert improve(cost, start, budget=500, window=2, rng=random.Random(1)) == target
+    calls.clear()
+    stuck = improve(cost, start, budget=0, window=2, rng=random.Random(1))
+    assert stuck == start and len(set(calls)) <= 1
+
+
+def short_and_long() -> Workload:
+    """Two experiments through one uplink, both at time 0; the short one has the higher id."""
+    long_one = Experiment(0, 0.0, (Stage(0, (one_flow_trial(0, 4, 3 * 10**9),)),))
+    short_one = Experiment(1, 0.0, (Stage(0, (one_flow_trial(0, 1, 10**9),)),))
+    return Workload(2, 8e9, (long_one, short_one))
+
+
+def test_lookahead_runs_the_short_experiment_first() -> None:
+    workload = short_and_long()
+    policy = LookaheadPolicy()
+    result = simulate(workload, policy, SimConfig())
+    short_first = simulate(workload, StaticOrderPolicy([1, 0]), SimConfig())
+    long_first = simulate(workload, StaticOrderPolicy([0, 1]), SimConfig())
+    mean = [np.mean(list(r.sct_s.values())) for r in (result, short_first, long_first)]
+    assert mean[0] == pytest.approx(mean[1]) and mean[1] < mean[2]
+    # Both orders of the two were scored at the one arrival, and no more afterwards.
+    assert policy.simulations == 2
+
+
+def test_lookahead_ranks_by_its_order_between_arrivals() -> None:
+    policy = LookaheadPolicy()
+    coflows = tuple(
+        CoflowState(CoflowKey(e, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0, 3: 10.0}, 1) for e in (0, 1)
+    )
+    states = {e.experiment_id: ExperimentState(e, 0, 0.0, {}) for e in short_and_long().experiments}
+    snap = Snapshot(0.0, 2, (8e9,) * 4, coflows, states)
+    first = policy.rank(snap)
+    assert [g[0].experiment_id for g in first.groups] == [1, 0]
+    spent = policy.simulations
+    assert policy.rank(snap) == first and policy.simulations == spent
+
+
+def test_lookahead_is_a_registered_policy() -> None:
+    assert isinstance(get_policy("beamer-lookahead"), LookaheadPolicy)
+
+
+def test_epoch_orders_switch_at_their_start() -> None:
+    coflows = tuple(
+        CoflowState(CoflowKey(e, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0}, 1) for e in (0, 1)
+    )
+    policy = EpochOrderPolicy([(0.0, (0, 1)), (5.0, (1, 0))])
+    early = policy.rank(Snapshot(4.9, 2, (1.0,) * 4, coflows))
+    late = policy.rank(Snapshot(5.0, 2, (1.0,) * 4, coflows))
+    assert [g[0].experiment_id for g in early.groups] == [0, 1]
+    assert [g[0].experiment_id for g in late.groups] == [1, 0]
+
+
+def test_online_order_never_loses_to_its_first_insertions() -> None:
+    # Three experiments, the third arriving while the first two run: every epoch's order
+    # was scored against the rest, and the run under the epochs is the last score.
+    long_one, short_one = short_and_long().experiments
+    late = Experiment(2, 1.0, (Stage(0, (one_flow_trial(0, 1, 10**9),)),))
+    workload = Workload(2, 8e9, (long_one, short_one, late))
+    epochs, score, spent = online_order(workload, SimConfig(), evals=4, window=2, seed=1)
+    assert [start for start, _ in epochs] == [0.0, 1.0]
+    assert epochs[0][1] == (1, 0)
+    run = simulate(workload, EpochOrderPolicy(epochs), SimConfig())
+    assert np.mean(list(run.sct_s.values())) == pytest.approx(score, rel=1e-12)
+    # Every static order that agrees with the first epoch was a candidate at the second.
+    for order in ((1, 0, 2), (1, 2, 0), (2, 1, 0)):
+        static = simulate(workload, StaticOrderPolicy(order), SimConfig())
+        assert score <= np.mean(list(static.sct_s.values())) + 1e-9
+    assert spent >= 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--window", "0"], "--window: 0"),
+        (["--evals", "-1"], "--evals: -1"),
+        (["--hindsight", "/nonexistent.json", "--seeds", "1"], "not a bench_headroom run"),
+    ],
+)
+def test_bad_rollout_options_are_one_line_and_exit_2(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_rollout", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
