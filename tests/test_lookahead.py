@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -163,3 +164,25 @@ def test_bad_rollout_options_are_one_line_and_exit_2(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_reused_experiment_id_is_placed_again() -> None:
+    # Experiment 1 was short and went first; it leaves, and comes back as the long one.
+    policy = LookaheadPolicy()
+    workload = short_and_long()
+
+    def snap(plans: dict[int, Experiment]) -> Snapshot:
+        coflows = tuple(
+            CoflowState(CoflowKey(e, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0, 3: 10.0}, 1) for e in plans
+        )
+        states = {e: ExperimentState(plan, 0, 0.0, {}) for e, plan in plans.items()}
+        return Snapshot(0.0, 2, (8e9,) * 4, coflows, states)
+
+    long_one, short_one = workload.experiments
+    first = policy.rank(snap({0: long_one, 1: short_one}))
+    assert [g[0].experiment_id for g in first.groups] == [1, 0]
+    policy.rank(snap({0: long_one}))
+    reused = replace(long_one, experiment_id=1)
+    shorter = Experiment(0, 0.0, (Stage(0, (one_flow_trial(0, 1, 10**8),)),))
+    again = policy.rank(snap({0: shorter, 1: reused}))
+    assert [g[0].experiment_id for g in again.groups] == [0, 1]

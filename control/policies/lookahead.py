@@ -131,17 +131,19 @@ class LookaheadPolicy(BasePolicy):
         self._rule = chosen_beamer()
         self._rng = random.Random(seed)
         self._order: Order = ()
-        self._seen: set[int] = set()
+        self._present: set[int] = set()
+        """Experiments of the last ranking: one absent then is new now (a reused id too)."""
         self.simulations = 0
         """Residual simulations run so far (what the lookahead has cost)."""
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         present = set(snapshot.experiments) | {c.key.experiment_id for c in snapshot.coflows}
         if len(present) > self.max_present:
+            self._present = set()
             return self._rule.rank(snapshot)
-        new = sorted(present - self._seen)
+        new = sorted(present - self._present)
+        self._present = present
         if new:
-            self._seen.update(new)
             self._order = self._choose(snapshot, present, new)
         return StaticOrderPolicy(tuple(e for e in self._order if e in present)).rank(snapshot)
 
