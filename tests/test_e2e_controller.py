@@ -24,6 +24,7 @@ from control.controller_cli import embedded_artifacts, load_policy
 from control.entries import from_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient
 from control.policies.base import Ranking, Snapshot
+from control.policies.lookahead import LookaheadPolicy
 from control.topology import parse_topology
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch, VirtualClock
@@ -389,6 +390,21 @@ def test_the_beamer_policy_drives_the_switch(net: Network) -> None:
     for experiment_id, coflow_id in ((1, big[0]), (2, small[1]), (1, big[1]), (2, small[0])):
         net.switch.send(1, packet(experiment_id, 0, coflow_id))
     assert [class_of(f) for f in departures(net.switch, 2)] == [6, 7, 6, 7]
+
+
+def test_the_lookahead_policy_drives_the_switch(net: Network) -> None:
+    """``beamer-lookahead`` in the controller: its search, run on the controller's own
+    snapshot at each arrival, puts the experiment with less left to run first."""
+    policy, assign = load_policy("beamer-lookahead", 8)
+    net.controller.policy = policy
+    net.controller.assign_classes = assign
+    _start(net, 1, [4_000_000, 4_000_000])
+    _start(net, 2, [100_000, 100_000])
+    stages = {
+        (s["experiment_id"], s["stage_id"]): s["class"] for s in net.controller.status()["stages"]
+    }
+    assert stages == {(2, 0): 7, (1, 0): 6}
+    assert isinstance(policy, LookaheadPolicy) and policy.simulations >= 2
 
 
 def test_a_reused_experiment_id_is_ranked_by_its_new_plan(net: Network) -> None:
