@@ -2,7 +2,7 @@
 
 ``python -m bench`` runs them all; ``python -m bench NAME ...`` only the named
 ones; ``--quick`` is passed on for short smoke runs. Studies that take tens
-of minutes (``STUDIES``: the headroom search) run by name, or in their quick
+of minutes (``STUDIES``: the headroom and online order searches) run by name, or in their quick
 form with ``--quick``. Each module runs in its own
 process so that one benchmark's imports and threads cannot skew another's.
 """
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-STUDIES = frozenset({"bench_headroom"})
-"""Not run by a plain ``python -m bench``: 20 seeds of search take tens of minutes."""
+STUDIES = frozenset({"bench_headroom", "bench_rollout"})
+"""Not run by a plain ``python -m bench``: their searches take tens of minutes."""
 
 
 def available() -> list[str]:

@@ -235,7 +235,10 @@ def run_main() -> None:
     parser.add_argument("--queues", default="ideal", help="ideal or K classes")
     parser.add_argument("--hindsight", default=None, metavar="JSON", help="a bench_headroom run")
     parser.add_argument("--markdown", action="store_true", help="print the table after the JSON")
+    parser.add_argument("--quick", action="store_true", help="2 small instances, 2 moves each")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.instance, args.evals = "3,5", "small", 2
     if args.window < 1:
         raise UserError(f"--window: {args.window} is not a number of places of at least 1")
     if args.evals < 0:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from bench.bench_headroom import instance
 from bench.bench_rollout import EpochOrderPolicy, main, online_order
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import get_policy
@@ -186,3 +188,18 @@ def test_a_reused_experiment_id_is_placed_again() -> None:
     shorter = Experiment(0, 0.0, (Stage(0, (one_flow_trial(0, 1, 10**8),)),))
     again = policy.rank(snap({0: shorter, 1: reused}))
     assert [g[0].experiment_id for g in again.groups] == [0, 1]
+
+
+def test_quick_rollout_run_reports_epochs_that_reproduce_its_score(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_rollout", "--quick", "--workers", "1"])
+    main()
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["seeds"] == 2
+    for row in report["seeds"]:
+        workload = instance(row["seed"], "small")
+        assert row["epochs"] == len({e.arrival_s for e in workload.experiments})
+        epochs = [(start, tuple(order)) for start, order in row["online_epochs"]]
+        run = simulate(workload, EpochOrderPolicy(epochs), SimConfig())
+        assert np.mean(list(run.sct_s.values())) == pytest.approx(row["online_avg_sct_s"])
