@@ -46,20 +46,22 @@ def summary(report: EmulationReport) -> dict[str, dict[str, Any]]:
 
 
 def table(report: EmulationReport) -> str:
-    """Per-seed rows, then the mean over seeds of each policy."""
+    """Per-seed rows, then the mean over seeds of each policy (the policy column as wide
+    as its longest name)."""
+    width = max([12, *(len(run.key.policy) for run in report.runs)])
     header = (
-        f"{'policy':<12} {'seed':>4} {'stages':>6} {'avg SCT s':>10} {'p95 SCT s':>10} "
+        f"{'policy':<{width}} {'seed':>4} {'stages':>6} {'avg SCT s':>10} {'p95 SCT s':>10} "
         f"{'slowdown':>9} {'sim avg s':>10} {'emu/sim':>8}"
     )
     lines = [header, "-" * len(header)]
     for run in report.runs:
-        lines.append(_row(run.key.policy, str(run.key.seed), run))
+        lines.append(_row(run.key.policy, str(run.key.seed), run, width))
     lines.append("-" * len(header))
     means = summary(report)
     for policy, values in means.items():
         vs_fair = values.get("avg_sct_vs_fair")
         lines.append(
-            f"{policy:<12} {'mean':>4} {values['stages']:>6} {values['avg_sct_s']:>10.2f} "
+            f"{policy:<{width}} {'mean':>4} {values['stages']:>6} {values['avg_sct_s']:>10.2f} "
             f"{values['p95_sct_s']:>10.2f} {values['avg_slowdown']:>9.2f} "
             f"{_fmt(values['sim_avg_sct_s']):>10} {_fmt(values['emu_over_sim']):>8}"
             + ("" if vs_fair is None or policy == "fair" else f"   {vs_fair:.2f}x fair")
@@ -67,9 +69,9 @@ def table(report: EmulationReport) -> str:
     return "\n".join(lines)
 
 
-def _row(policy: str, seed: str, run: RunResult) -> str:
+def _row(policy: str, seed: str, run: RunResult, width: int) -> str:
     return (
-        f"{policy:<12} {seed:>4} {len(run.stages):>6} {run.avg_sct_s:>10.2f} "
+        f"{policy:<{width}} {seed:>4} {len(run.stages):>6} {run.avg_sct_s:>10.2f} "
         f"{run.p95_sct_s:>10.2f} {run.avg_slowdown:>9.2f} "
         f"{_fmt(run.predicted_avg_sct_s):>10} {_fmt(run.emu_over_sim):>8}"
     )

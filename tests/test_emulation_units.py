@@ -247,3 +247,26 @@ def test_the_data_path_probe_counts_a_refusal_as_an_answer() -> None:
         port = listening.getsockname()[1]
         assert _reaches("127.0.0.1", port)  # accepted
     assert _reaches("127.0.0.1", port)  # refused: nothing listens any more
+
+
+def test_the_table_widens_its_policy_column_for_a_long_name() -> None:
+    from bmv2_topos.agent import StageRecord
+    from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
+    from bmv2_topos.report import table
+
+    runs = [
+        RunResult(
+            key=RunKey(policy, 1),
+            stages=[StageRecord(0, 0, 0.0, 3.0)],
+            alone_s={(0, 0): 1.0},
+            wall_s=5.0,
+        )
+        for policy in ("beamer-lookahead", "fair")
+    ]
+    lines = table(EmulationReport(runs)).splitlines()
+    rows = [line for line in lines if not line.startswith("-")]
+    # Every row's seed column ends where the header's does.
+    end = rows[0].index("seed") + len("seed")
+    for row in rows[1:]:
+        assert row[: end + 1].rstrip().endswith(("1", "mean")), row
+        assert row[end] == " ", row
