@@ -106,7 +106,7 @@ class LookaheadPolicy(BasePolicy):
     """``beamer-lookahead``: experiment order by simulating the present at each arrival.
 
     The search costs a residual simulation per order tried, and inserting k new
-    experiments among n tries about k·n orders. ``max_simulations`` caps the orders
+    experiments among n tries about k·n orders. ``max_simulations`` caps the insertions
     tried at one arrival (new experiments it leaves unplaced wait at the end), and with
     more than ``max_present`` experiments present (a coflow trace, where every coflow is
     an experiment) the policy ranks as ``beamer`` does instead of searching. Neither
