@@ -78,7 +78,9 @@ def improve(
 def residual_workload(snapshot: Snapshot) -> Workload:
     """What the experiments of ``snapshot`` still have to run, all released now: the
     stages from the running one on, the running stage's trials cut to the iterations
-    they have not finished. Ids are kept, so a ranking of it ranks the snapshot."""
+    they have not finished. Ids are kept, so a ranking of it ranks the snapshot. Every
+    port runs at the slowest port's rate, which is exact on the one-rate big switch of
+    the HP-tuning workloads and an approximation elsewhere."""
     experiments = []
     for experiment_id in sorted(snapshot.experiments):
         state = snapshot.experiments[experiment_id]
@@ -132,6 +134,8 @@ class LookaheadPolicy(BasePolicy):
         self._rule = chosen_beamer()
         self._rng = random.Random(seed)
         self._order: Order = ()
+        self._ranker = StaticOrderPolicy(())
+        """Ranks by ``_order``; rebuilt only when the order changes, not at every event."""
         self._present: set[int] = set()
         """Experiments of the last ranking: one absent then is new now (a reused id too)."""
         self.simulations = 0
@@ -146,7 +150,8 @@ class LookaheadPolicy(BasePolicy):
         self._present = present
         if new:
             self._order = self._choose(snapshot, present, new)
-        return StaticOrderPolicy(tuple(e for e in self._order if e in present)).rank(snapshot)
+            self._ranker = StaticOrderPolicy(self._order)
+        return self._ranker.rank(snapshot)
 
     def _choose(self, snapshot: Snapshot, present: Collection[int], new: Sequence[int]) -> Order:
         from sim.engine import SimConfig, simulate  # the simulator imports the policies
