@@ -189,19 +189,30 @@ def reversed_pairs(
     return counts
 
 
-def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
-    """:func:`reversed_pairs` from ``policy``'s completion order to the best order found, summed
-    over the seeds of an earlier run's JSON (its instances rebuilt from their seeds)."""
+def headroom_rows(option: str, path: str, *fields: str) -> list[dict[str, Any]]:
+    """The per-seed rows of an earlier run's JSON, each with a ``seed`` and ``fields`` (what
+    ``--start-from``, ``--moves-from`` and bench_rollout's ``--hindsight`` read); anything
+    else is one line naming the option, the file and what is wrong."""
     try:
         with open(path) as handle:
             rows = json.load(handle)["seeds"]
+        seeds = [int(row["seed"]) for row in rows]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{path}: not a bench_headroom JSON ({error})") from None
+        raise UserError(f"{option} {path}: not a bench_headroom JSON ({error})") from None
+    for seed, row in zip(seeds, rows, strict=True):
+        for name in fields:
+            if name not in row:
+                raise UserError(f"{option} {path}: seed {seed} has no {name}")
+    return list(rows)
+
+
+def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
+    """:func:`reversed_pairs` from ``policy``'s completion order to the best order found, summed
+    over the seeds of an earlier run's JSON (its instances rebuilt from their seeds)."""
+    key = f"{policy}_completion_order"
+    rows = headroom_rows("--moves-from", path, key, "best_order")
     total: dict[str, dict[str, int]] = {}
     for row in rows:
-        key = f"{policy}_completion_order"
-        if key not in row:
-            raise UserError(f"{path}: seed {row.get('seed')} has no {key} (policy not run)")
         counts = reversed_pairs(instance(int(row["seed"]), kind), row[key], row["best_order"])
         for name, cells in counts.items():
             for cell, value in cells.items():
@@ -468,9 +479,8 @@ def run_main() -> None:
         return
     earlier: dict[int, list[tuple[int, ...]]] = {}
     if args.start_from:
-        with open(args.start_from) as handle:
-            for row in json.load(handle)["seeds"]:
-                earlier.setdefault(row["seed"], []).append(tuple(row["best_order"]))
+        for row in headroom_rows("--start-from", args.start_from, "best_order"):
+            earlier.setdefault(int(row["seed"]), []).append(tuple(row["best_order"]))
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
         futures = [
             pool.submit(

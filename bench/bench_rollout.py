@@ -26,7 +26,6 @@ between ``beamer`` and hindsight is a ranking rule's to take; if it stays near
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -36,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from bench.bench_headroom import INSTANCES, avg_sct, instance
+from bench.bench_headroom import INSTANCES, avg_sct, headroom_rows, instance
 from bench.common import emit, parse_seed_ranges, run_command
 from control.errors import UserError
 from control.model import Workload
@@ -212,12 +211,8 @@ def read_hindsight(path: str | None) -> dict[int, float]:
     """Seed → best static order's average SCT, from a ``bench_headroom`` JSON."""
     if path is None:
         return {}
-    try:
-        with open(path) as handle:
-            rows = json.load(handle)["seeds"]
-        return {int(r["seed"]): float(r["best_static_avg_sct_s"]) for r in rows}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"--hindsight {path}: not a bench_headroom run ({error})") from None
+    rows = headroom_rows("--hindsight", path, "best_static_avg_sct_s")
+    return {int(r["seed"]): float(r["best_static_avg_sct_s"]) for r in rows}
 
 
 def main() -> None:

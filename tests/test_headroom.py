@@ -191,14 +191,20 @@ def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> No
     [
         (["--window", "0"], "--window: 0 is not a number of places"),
         (["--instance", "default", "--moves-from", "/nonexistent.json"], "not a bench_headroom"),
+        (["--seeds", "1", "--start-from", "/nonexistent.json"], "--start-from /nonexistent.json"),
+        (["--seeds", "1", "--start-from", "{seeds}"], "seed 1 has no best_order"),
     ],
 )
 def test_bad_headroom_options_are_one_line_and_exit_2(
     argv: list[str],
     message: str,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"seeds": [{"seed": 1}]}))
+    argv = [arg.replace("{seeds}", str(earlier)) for arg in argv]
     monkeypatch.setattr("sys.argv", ["bench_headroom", *argv])
     with pytest.raises(SystemExit) as exited:
         main()

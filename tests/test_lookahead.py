@@ -151,7 +151,10 @@ def test_online_order_never_loses_to_its_first_insertions() -> None:
     [
         (["--window", "0"], "--window: 0"),
         (["--evals", "-1"], "--evals: -1"),
-        (["--hindsight", "/nonexistent.json", "--seeds", "1"], "not a bench_headroom run"),
+        (
+            ["--hindsight", "/nonexistent.json", "--seeds", "1"],
+            "--hindsight /nonexistent.json: not a bench_headroom JSON",
+        ),
     ],
 )
 def test_bad_rollout_options_are_one_line_and_exit_2(
