@@ -80,7 +80,14 @@ from control.p4runtime_client import (
     P4RuntimeError,
     suppress_close_errors,
 )
-from control.policies.base import CoflowState, ExperimentState, PortVector, Ranking, Snapshot
+from control.policies.base import (
+    CoflowState,
+    ExperimentState,
+    PortVector,
+    Ranking,
+    SearchesInBackground,
+    Snapshot,
+)
 from control.topology import SwitchSpec, Topology
 
 log = logging.getLogger(__name__)
@@ -607,6 +614,9 @@ class Controller(EventHandler):
         self._schedule_lock = threading.RLock()
         self._lock = threading.RLock()
         self._wake = threading.Event()
+        self._rerank = threading.Event()
+        """Set when the policy's background search has returned an order to rank by."""
+        self._searching_policy: SearchesInBackground | None = None
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self.ranked: list[tuple[CoflowKey, int]] = []
@@ -692,6 +702,9 @@ class Controller(EventHandler):
         if self._supervisor is not None:
             self._supervisor.join(timeout=10)
         with self._schedule_lock:
+            if self._searching_policy is not None:
+                self._searching_policy.close()
+                self._searching_policy = None
             for session in self.sessions.values():
                 if session.client is not None:
                     suppress_close_errors(session.client)
@@ -769,8 +782,26 @@ class Controller(EventHandler):
             raise KeyError(value)
         return value
 
+    def _search_in_background(self) -> None:
+        """Let a policy with a long search (the lookahead) run it in a worker process, so
+        an event's reply never waits for it; its order is ranked when it returns."""
+        policy = self.policy
+        if policy is self._searching_policy:
+            return
+        if self._searching_policy is not None:
+            self._searching_policy.close()
+            self._searching_policy = None
+        if isinstance(policy, SearchesInBackground):
+            policy.search_in_background(self._search_returned)
+            self._searching_policy = policy
+
+    def _search_returned(self) -> None:
+        self._rerank.set()
+        self._wake.set()
+
     def _replan(self) -> None:
         """Rank the active coflows, map them onto classes, and plan the class entries."""
+        self._search_in_background()
         phase = self.phase_s
         started = time.perf_counter()
         with self._lock:
@@ -1075,6 +1106,10 @@ class Controller(EventHandler):
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            if self._rerank.is_set():
+                self._rerank.clear()
+                with self._schedule_lock:
+                    self._reschedule()
             with self._schedule_lock:
                 todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
             for session, need in todo:

@@ -37,9 +37,9 @@ from control.events import (
 from control.files import read_text
 from control.model import CoflowKey
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
-from control.policies import get_policy
 from control.policies import warm_up as warm_up_policies
 from control.policies.base import Policy, Ranking
+from control.policies.spec import policy_from_spec
 from control.topology import load_topology
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,11 @@ def register(subparsers: Any) -> None:
         "pipeline, installs forwarding, and rewrites the class tables on every workload event.",
     )
     run.add_argument("--topo", required=True, type=Path, help="topology file (bmv2_topos/*.json)")
-    run.add_argument("--policy", required=True, help="scheduling policy (e.g. beamer, aalo)")
+    run.add_argument(
+        "--policy",
+        required=True,
+        help="scheduling policy (e.g. beamer, aalo, beamer-lookahead:tail_weight=2)",
+    )
     run.add_argument("--queues", type=int, default=8, help="priority classes K (1..8)")
     run.add_argument(
         "--quantize",
@@ -125,7 +129,7 @@ def load_policy(name: str, queues: int, strategy: str = "rank") -> tuple[Policy,
         classes = quantize.quantize(ranking, k, chosen)
         return [(key, classes[key]) for key in ranking.order()]
 
-    return get_policy(name), assign
+    return policy_from_spec(name), assign
 
 
 # --- pipeline artefacts -----------------------------------------------------------------
@@ -197,7 +201,9 @@ def run_controller(args: argparse.Namespace) -> int:
         counter_interval_s=args.counter_interval,
         journal_path=args.journal,
     )
-    controller = Controller(config, policy, assign, policy_factory=lambda: get_policy(args.policy))
+    controller = Controller(
+        config, policy, assign, policy_factory=lambda: policy_from_spec(args.policy)
+    )
     limits = ServerLimits(request_timeout_s=args.events_timeout)
     raise_open_files_limit(limits.max_connections + 256)
     server = EventServer(controller, args.events_addr, socket_path, limits)

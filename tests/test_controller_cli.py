@@ -37,6 +37,13 @@ def test_bad_arguments_are_one_line_errors(
     assert capsys.readouterr().err.splitlines() == [f"beamer: error: {missing}: no such file"]
     assert main(["controller", "--topo", "x.json", "--policy", "beamer", "--queues", "9"]) == 2
     assert "--queues: 9 is out of range 1..8" in capsys.readouterr().err
+    topo = str(write_topology(tmp_path, "127.0.0.1:9", hosts=2))
+    spec = "beamer-lookahead:tail_power=0.5"
+    assert main(["controller", "--topo", topo, "--policy", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"beamer: error: policy {spec!r}: tail_power must be at least 1 and tail_weight at least 0"
+    ]
     assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2
     assert capsys.readouterr().err.startswith("beamer: error: controller at ")
 

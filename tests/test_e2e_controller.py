@@ -9,6 +9,7 @@ import contextlib
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from control.entries import from_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient
 from control.policies.base import Ranking, Snapshot
 from control.policies.lookahead import LookaheadPolicy
+from control.policies.static_order import StaticOrderPolicy
 from control.topology import parse_topology
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch, VirtualClock
@@ -392,19 +394,40 @@ def test_the_beamer_policy_drives_the_switch(net: Network) -> None:
     assert [class_of(f) for f in departures(net.switch, 2)] == [6, 7, 6, 7]
 
 
-def test_the_lookahead_policy_drives_the_switch(net: Network) -> None:
-    """``beamer-lookahead`` in the controller: its search, run on the controller's own
-    snapshot at each arrival, puts the experiment with less left to run first."""
+def test_the_lookahead_searches_beside_the_controller_and_its_order_follows(
+    net: Network,
+) -> None:
+    """``beamer-lookahead`` in the controller: an arrival is answered at once with the
+    placement of its rule (here one that puts the big experiment first); the search runs
+    in a worker process, and when it returns the controller re-ranks by itself and the
+    switch forwards the small experiment in the top class."""
     policy, assign = load_policy("beamer-lookahead", 8)
+    assert isinstance(policy, LookaheadPolicy)
+    policy.rule = StaticOrderPolicy((1, 2))
     net.controller.policy = policy
     net.controller.assign_classes = assign
-    _start(net, 1, [4_000_000, 4_000_000])
-    _start(net, 2, [100_000, 100_000])
-    stages = {
-        (s["experiment_id"], s["stage_id"]): s["class"] for s in net.controller.status()["stages"]
-    }
-    assert stages == {(2, 0): 7, (1, 0): 6}
-    assert isinstance(policy, LookaheadPolicy) and policy.simulations >= 2
+    big = _start(net, 1, [4_000_000, 4_000_000])
+    small = _start(net, 2, [100_000, 100_000])
+
+    def stage_classes() -> dict[tuple[int, int], int]:
+        status = net.controller.status()["stages"]
+        return {(s["experiment_id"], s["stage_id"]): s["class"] for s in status}
+
+    assert stage_classes() == {(1, 0): 7, (2, 0): 6}
+    reschedules = net.controller.reschedules
+    deadline = time.monotonic() + 60
+    while (classes := stage_classes())[(2, 0)] < classes[(1, 0)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The small experiment is above the big one (the numbers move as little as they can).
+    assert classes[(2, 0)] > classes[(1, 0)]
+    assert net.controller.reschedules > reschedules and policy.simulations >= 2
+    for experiment_id, coflow_id in ((1, big[0]), (2, small[1])):
+        net.switch.send(1, packet(experiment_id, 0, coflow_id))
+    assert [class_of(f) for f in departures(net.switch, 2)] == [classes[(1, 0)], classes[(2, 0)]]
+    assert policy._worker is not None
+    process = policy._worker._process
+    net.controller.stop()
+    assert not process.is_alive()  # the controller's stop ended the search process
 
 
 def test_a_reused_experiment_id_is_ranked_by_its_new_plan(net: Network) -> None:

@@ -25,6 +25,7 @@ from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Worklo
 from control.policies import get_policy
 from control.policies.base import CoflowState, Snapshot
 from control.policies.beamer import BeamerPolicy
+from control.policies.lookahead import LookaheadPolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy, neighbours
 from sim.engine import simulate
@@ -173,8 +174,21 @@ def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
         policy_from_spec("beamer:speed=3")
     with pytest.raises(UserError, match="not key=value"):
         policy_from_spec("beamer:split_trials")
-    with pytest.raises(UserError, match="only beamer variants"):
+    with pytest.raises(UserError, match="only beamer, beamer-lookahead take arguments"):
         policy_from_spec("sincronia:x=1")
+
+
+def test_policy_specs_build_lookahead_variants_and_refuse_bad_knobs() -> None:
+    policy = policy_from_spec("beamer-lookahead:tail_power=2;evals=3")
+    assert isinstance(policy, LookaheadPolicy)
+    assert (policy.settings.tail_power, policy.settings.tail_weight) == (2, 0.0)
+    assert policy.settings.evals == 3
+    with pytest.raises(UserError, match="unknown beamer-lookahead knob 'speed'"):
+        policy_from_spec("beamer-lookahead:speed=3")
+    with pytest.raises(UserError, match="tail_power must be at least 1"):
+        policy_from_spec("beamer-lookahead:tail_power=0.5")
+    with pytest.raises(UserError, match="finite number"):
+        policy_from_spec("beamer-lookahead:tail_weight=nan")
 
 
 def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> None:

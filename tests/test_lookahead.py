@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -11,14 +13,19 @@ import pytest
 
 from bench.bench_headroom import instance
 from bench.bench_rollout import EpochOrderPolicy, main, online_order
-from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
+from bench.heldout import mix_workload
+from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
 from control.policies import get_policy
-from control.policies.base import CoflowState, ExperimentState, Snapshot
+from control.policies.background import BackgroundSearch
+from control.policies.base import CoflowState, ExperimentState, Ranking, Snapshot
 from control.policies.lookahead import (
     LookaheadPolicy,
+    SearchJob,
+    SearchSettings,
     improve,
     insert_best,
     residual_workload,
+    rule_placement,
 )
 from control.policies.static_order import StaticOrderPolicy
 from sim.engine import SimConfig, simulate
@@ -206,3 +213,126 @@ def test_quick_rollout_run_reports_epochs_that_reproduce_its_score(
         epochs = [(start, tuple(order)) for start, order in row["online_epochs"]]
         run = simulate(workload, EpochOrderPolicy(epochs), SimConfig())
         assert np.mean(list(run.sct_s.values())) == pytest.approx(row["online_avg_sct_s"])
+
+
+def test_the_tail_objective_counts_each_stage_from_its_release() -> None:
+    ages = {StageKey(0, 1): 10.0}
+    residual = {StageKey(0, 1): 2.0, StageKey(1, 0): 5.0}
+    assert SearchSettings().objective(residual, ages) == 7.0  # the default: Σ residual SCT
+    assert SearchSettings(tail_power=2.0).objective(residual, ages) == 12.0**2 + 5.0**2
+    assert SearchSettings(tail_weight=3.0).objective(residual, ages) == 17.0 + 3 * 12.0
+
+
+def test_a_tail_weight_serves_the_stage_that_has_waited_long() -> None:
+    # Experiment 0's stage was released 100 s ago and needs 3 s; experiment 1 needs 1 s.
+    # The sum of SCTs wants 1 first; a weight on the largest SCT puts the old stage first.
+    long_one, short_one = short_and_long().experiments
+    states = {
+        0: ExperimentState(long_one, 0, -100.0, {}),
+        1: ExperimentState(short_one, 0, 0.0, {}),
+    }
+    coflows = tuple(
+        CoflowState(CoflowKey(e, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0, 3: 10.0}, 1) for e in (0, 1)
+    )
+    snap = Snapshot(0.0, 2, (8e9,) * 4, coflows, states)
+    plain = LookaheadPolicy().rank(snap)
+    tail = LookaheadPolicy(tail_weight=5.0).rank(snap)
+    assert [g[0].experiment_id for g in plain.groups] == [1, 0]
+    assert [g[0].experiment_id for g in tail.groups] == [0, 1]
+
+
+def test_rule_placement_puts_arrivals_where_the_rule_ranks_them() -> None:
+    rule = Ranking(tuple((CoflowKey(e, 0, 0, 0),) for e in (4, 2, 7, 1)))
+    assert rule_placement((1, 2, 3), {4, 7}, rule) == (4, 7, 1, 2, 3)
+    assert rule_placement((2, 1), {7}, rule) == (2, 7, 1)
+    assert rule_placement((2, 1), {9}, rule) == (2, 1, 9)  # unranked: last
+
+
+def two_experiment_snapshot() -> Snapshot:
+    coflows = tuple(
+        CoflowState(CoflowKey(e, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0, 3: 10.0}, 1) for e in (0, 1)
+    )
+    states = {e.experiment_id: ExperimentState(e, 0, 0.0, {}) for e in short_and_long().experiments}
+    return Snapshot(0.0, 2, (8e9,) * 4, coflows, states)
+
+
+def test_a_background_search_is_ranked_once_it_returns() -> None:
+    # The rule puts the long experiment first; the search, in a worker process, finds
+    # the short one first. Until it returns, the ranking is the rule's; then the search's.
+    snap = two_experiment_snapshot()
+    returned = threading.Event()
+    policy = LookaheadPolicy()
+    policy.rule = StaticOrderPolicy((0, 1))
+    policy.search_in_background(returned.set)
+    try:
+        first = policy.rank(snap)
+        assert [g[0].experiment_id for g in first.groups] == [0, 1]
+        assert returned.wait(60)
+        after = policy.rank(snap)
+        assert [g[0].experiment_id for g in after.groups] == [1, 0]
+        # The same order and cost as the search run in place.
+        in_place = LookaheadPolicy()
+        assert after == in_place.rank(snap) and policy.simulations == in_place.simulations
+        worker = policy._worker
+        assert worker is not None
+        process = worker._process
+    finally:
+        policy.close()
+    assert not process.is_alive()
+
+
+def test_a_search_that_raises_in_the_worker_is_reported() -> None:
+    outcomes: list[object] = []
+    got = threading.Event()
+
+    def on_return(outcome: object) -> None:
+        outcomes.append(outcome)
+        got.set()
+
+    worker = BackgroundSearch(on_return)
+    try:
+        snap = two_experiment_snapshot()
+        bad = SearchJob(residual_workload(snap), {}, (0, 1), (1,), None, SearchSettings(), "x")
+        worker.submit(bad)
+        assert got.wait(60)
+    finally:
+        worker.close()
+    (outcome,) = outcomes
+    assert isinstance(outcome, RuntimeError) and "Random.setstate" in str(outcome)
+
+
+def test_a_failed_background_search_keeps_the_rule_placement() -> None:
+    snap = two_experiment_snapshot()
+    returned = threading.Event()
+    policy = LookaheadPolicy()
+    policy.rule = StaticOrderPolicy((0, 1))
+    policy.settings = replace(policy.settings, evals=None)  # type: ignore[arg-type]
+    policy.search_in_background(returned.set)
+    try:
+        first = policy.rank(snap)
+        assert returned.wait(60)
+        assert policy.rank(snap) == first and policy.searches_failed == 1
+    finally:
+        policy.close()
+
+
+def test_closing_ends_a_worker_in_the_middle_of_a_search() -> None:
+    outcomes: list[object] = []
+    got = threading.Event()
+
+    def on_return(outcome: object) -> None:
+        outcomes.append(outcome)
+        got.set()
+
+    worker = BackgroundSearch(on_return)
+    state = random.Random(0).getstate()
+    small = SearchJob(short_and_long(), {}, (), (0, 1), None, SearchSettings(), state)
+    worker.submit(small)
+    assert got.wait(60)  # the worker is up and has searched once
+    # A whole HP-tuning workload, every experiment new: minutes of simulations.
+    heavy = mix_workload("default", 1)
+    everyone = tuple(e.experiment_id for e in heavy.experiments)
+    worker.submit(SearchJob(heavy, {}, (), everyone, None, SearchSettings(), state))
+    time.sleep(0.5)
+    worker.close()
+    assert not worker._process.is_alive() and len(outcomes) == 1

@@ -9,9 +9,9 @@ Policies know nothing of sockets, P4Runtime or simulated time steps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -83,6 +83,16 @@ class Policy(Protocol):
     allocator: ClassVar[Allocator]
 
     def rank(self, snapshot: Snapshot) -> Ranking: ...
+
+
+@runtime_checkable
+class SearchesInBackground(Protocol):
+    """A policy whose ranking may wait on a long search (``beamer-lookahead``). A controller
+    asks it to search off its thread and ranks again when ``notify`` is called."""
+
+    def search_in_background(self, notify: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class PortVector(Mapping[int, float]):

@@ -20,17 +20,22 @@ compute phase, so it is approximate where an iteration is under way;
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from control.model import Experiment, Workload
+from control.model import Experiment, StageKey, Workload
+from control.policies.background import BackgroundSearch
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.beamer import chosen_beamer
 from control.policies.static_order import StaticOrderPolicy, neighbours
 
 Order = tuple[int, ...]
+
+log = logging.getLogger(__name__)
 
 
 def insert_best(
@@ -104,6 +109,101 @@ def residual_workload(snapshot: Snapshot) -> Workload:
     )
 
 
+def stage_ages_s(snapshot: Snapshot) -> dict[StageKey, float]:
+    """How long each experiment's running stage has been released at ``snapshot.now_s``."""
+    return {
+        StageKey(experiment_id, state.experiment.stages[state.stage_index].stage_id): max(
+            0.0, snapshot.now_s - state.stage_release_s
+        )
+        for experiment_id, state in snapshot.experiments.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    """How hard the search looks and what it minimises (see :class:`LookaheadPolicy`)."""
+
+    evals: int = 5
+    window: int = 3
+    max_simulations: int = 200
+    tail_power: float = 1.0
+    tail_weight: float = 0.0
+
+    def objective(
+        self, residual_sct_s: Mapping[StageKey, float], ages_s: Mapping[StageKey, float]
+    ) -> float:
+        """The residual run's cost: Σ SCT^p + w·max SCT over the stages it runs, each
+        SCT counted from the stage's release (its age now plus its residual time), so
+        that with a power above 1 or a weight a stage that has waited long weighs more.
+        With p = 1 and w = 0 (the default) this is the residual's Σ SCT plus a constant
+        the order cannot change."""
+        if self.tail_power == 1.0 and self.tail_weight == 0.0:
+            return sum(residual_sct_s.values())  # the ages would add a constant
+        sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
+        total = sum(x**self.tail_power for x in sct)
+        return total + self.tail_weight * max(sct, default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchJob:
+    """One arrival's search: everything it needs, so another process can run it."""
+
+    residual: Workload
+    ages_s: Mapping[StageKey, float]
+    order: Order
+    """The order so far (the new experiments anywhere in it; they are placed again)."""
+    new: tuple[int, ...]
+    num_classes: int | None
+    settings: SearchSettings
+    rng_state: object
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    order: Order
+    rng_state: object
+    simulations: int
+
+
+def search(job: SearchJob) -> SearchResult:
+    """Place ``job.new`` at their best positions, then improve by short moves."""
+    from sim.engine import SimConfig, simulate  # the simulator imports the policies
+
+    rng = random.Random()
+    rng.setstate(job.rng_state)  # type: ignore[arg-type]
+    if not job.residual.experiments:
+        current = tuple(e for e in job.order if e not in job.new)
+        return SearchResult((*current, *job.new), rng.getstate(), 0)
+    settings = job.settings
+    config = SimConfig(num_classes=job.num_classes)
+    scores: dict[Order, float] = {}
+
+    def cost(order: Order) -> float:
+        if order not in scores:
+            result = simulate(job.residual, StaticOrderPolicy(order), config)
+            scores[order] = settings.objective(result.sct_s, job.ages_s)
+        return scores[order]
+
+    placed = insert_best(cost, job.order, job.new, settings.max_simulations)
+    best = improve(cost, placed, budget=settings.evals, window=settings.window, rng=rng)
+    return SearchResult(best, rng.getstate(), len(scores))
+
+
+def rule_placement(order: Order, new: Collection[int], rule_ranking: Ranking) -> Order:
+    """``order`` with each of ``new`` moved to where the rule ranks it: just before the
+    first experiment of ``order`` the rule ranks after it (the end if none). It stands in
+    for a search that has not returned yet."""
+    rule_rank: dict[int, int] = {}
+    for key in rule_ranking.order():
+        rule_rank.setdefault(key.experiment_id, len(rule_rank))
+    current = [e for e in order if e not in new]
+    for experiment in sorted(new, key=lambda e: (rule_rank.get(e, len(rule_rank)), e)):
+        mine = rule_rank.get(experiment, len(rule_rank))
+        later = [i for i, e in enumerate(current) if rule_rank.get(e, len(rule_rank)) > mine]
+        current.insert(later[0] if later else len(current), experiment)
+    return tuple(current)
+
+
 class LookaheadPolicy(BasePolicy):
     """``beamer-lookahead``: experiment order by simulating the present at each arrival.
 
@@ -115,6 +215,11 @@ class LookaheadPolicy(BasePolicy):
     binds on the HP-tuning workloads of docs/results.md (their heaviest held-out run,
     Hyperband-only seed 29 with 4 classes, had at most 22 experiments present and tried
     at most 88 insertions at one arrival).
+
+    In the simulator the search is instant. A controller cannot wait seconds for it at
+    an arrival, so it calls :meth:`search_in_background`: from then on an arrival is
+    placed at once where the ``beamer`` rule ranks it, the search runs in a worker
+    process, and its order is taken at the first ranking after it returns.
     """
 
     name: ClassVar[str] = "beamer-lookahead"
@@ -126,12 +231,15 @@ class LookaheadPolicy(BasePolicy):
         max_simulations: int = 200,
         max_present: int = 64,
         seed: int = 0,
+        tail_power: float = 1.0,
+        tail_weight: float = 0.0,
     ) -> None:
-        self.evals = evals
-        self.window = window
-        self.max_simulations = max_simulations
+        if not tail_power >= 1.0 or not tail_weight >= 0.0:
+            raise ValueError("tail_power must be at least 1 and tail_weight at least 0")
+        self.settings = SearchSettings(evals, window, max_simulations, tail_power, tail_weight)
         self.max_present = max_present
-        self._rule = chosen_beamer()
+        self.rule: BasePolicy = chosen_beamer()
+        """Ranks above ``max_present``; places arrivals until their background search returns."""
         self._rng = random.Random(seed)
         self._order: Order = ()
         self._ranker = StaticOrderPolicy(())
@@ -140,35 +248,99 @@ class LookaheadPolicy(BasePolicy):
         """Experiments of the last ranking: one absent then is new now (a reused id too)."""
         self.simulations = 0
         """Residual simulations run so far (what the lookahead has cost)."""
+        self._worker: BackgroundSearch | None = None
+        self._unsearched: set[int] = set()
+        """Placed by the rule, waiting for a search (background mode)."""
+        self._searching: frozenset[int] | None = None
+        """The new experiments of the search under way (background mode)."""
+        self._returned: SearchResult | BaseException | None = None
+        self._returned_lock = threading.Lock()
+        self.searches_failed = 0
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         present = set(snapshot.experiments) | {c.key.experiment_id for c in snapshot.coflows}
         if len(present) > self.max_present:
             self._present = set()
-            return self._rule.rank(snapshot)
+            return self.rule.rank(snapshot)
         new = sorted(present - self._present)
         self._present = present
+        if self._worker is not None:
+            return self._rank_in_background(snapshot, present, new)
         if new:
-            self._order = self._choose(snapshot, present, new)
-            self._ranker = StaticOrderPolicy(self._order)
+            self._set_order(self._search_now(snapshot, present, new))
         return self._ranker.rank(snapshot)
 
-    def _choose(self, snapshot: Snapshot, present: Collection[int], new: Sequence[int]) -> Order:
-        from sim.engine import SimConfig, simulate  # the simulator imports the policies
+    def _set_order(self, order: Order) -> None:
+        if order != self._order:
+            self._order = order
+            self._ranker = StaticOrderPolicy(order)
 
+    def _job(self, snapshot: Snapshot, order: Order, new: Sequence[int]) -> SearchJob:
+        return SearchJob(
+            residual_workload(snapshot),
+            stage_ages_s(snapshot),
+            order,
+            tuple(new),
+            snapshot.num_classes,
+            self.settings,
+            self._rng.getstate(),
+        )
+
+    def _took(self, result: SearchResult) -> Order:
+        self._rng.setstate(result.rng_state)  # type: ignore[arg-type]
+        self.simulations += result.simulations
+        return result.order
+
+    def _search_now(
+        self, snapshot: Snapshot, present: Collection[int], new: Sequence[int]
+    ) -> Order:
         previous = tuple(e for e in self._order if e in present)
-        residual = residual_workload(snapshot)
-        if not residual.experiments:
-            return (*previous, *new)
-        config = SimConfig(num_classes=snapshot.num_classes)
-        scores: dict[Order, float] = {}
+        return self._took(search(self._job(snapshot, previous, new)))
 
-        def cost(order: Order) -> float:
-            if order not in scores:
-                self.simulations += 1
-                result = simulate(residual, StaticOrderPolicy(order), config)
-                scores[order] = sum(result.sct_s.values())
-            return scores[order]
+    # -- background mode (the controller) --
 
-        placed = insert_best(cost, previous, new, self.max_simulations)
-        return improve(cost, placed, budget=self.evals, window=self.window, rng=self._rng)
+    def search_in_background(self, notify: Callable[[], None]) -> None:
+        """Search in a worker process from now on; ``notify`` is called (from another
+        thread) when a search has returned, so the caller ranks again."""
+        if self._worker is None:
+            self._worker = BackgroundSearch(lambda outcome: self._on_return(outcome, notify))
+
+    def close(self) -> None:
+        """Stop the worker process, if any (a search under way is abandoned)."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def _on_return(self, outcome: SearchResult | BaseException, notify: Callable[[], None]) -> None:
+        with self._returned_lock:
+            self._returned = outcome
+        notify()
+
+    def _rank_in_background(
+        self, snapshot: Snapshot, present: set[int], new: Sequence[int]
+    ) -> Ranking:
+        assert self._worker is not None
+        order = tuple(e for e in self._order if e in present)
+        with self._returned_lock:
+            returned, self._returned = self._returned, None
+        if returned is not None and self._searching is not None:
+            searched = self._searching
+            self._searching = None
+            if isinstance(returned, SearchResult):
+                # What arrived during the search is placed by the rule around its order.
+                order = tuple(e for e in self._took(returned) if e in present)
+            else:
+                self.searches_failed += 1
+                log.warning("lookahead search failed, keeping the rule's placement: %s", returned)
+                self._unsearched -= searched
+        self._unsearched = (self._unsearched | set(new)) & present
+        missing = set(new) | {e for e in present if e not in order}
+        if missing:
+            order = rule_placement(order, missing, self.rule.rank(snapshot))
+        if self._unsearched and self._searching is None:
+            job = self._job(snapshot, order, sorted(self._unsearched))
+            self._searching = frozenset(self._unsearched)
+            self._unsearched = set()
+            self._worker.submit(job)
+        self._set_order(order)
+        return self._ranker.rank(snapshot)
