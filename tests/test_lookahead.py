@@ -11,8 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from bench import bench_arrivals
 from bench.bench_headroom import instance
 from bench.bench_rollout import EpochOrderPolicy, main, online_order
+from bench.common import run_command
 from bench.heldout import mix_workload
 from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
 from control.policies import get_policy
@@ -336,3 +338,25 @@ def test_closing_ends_a_worker_in_the_middle_of_a_search() -> None:
     time.sleep(0.5)
     worker.close()
     assert not worker._process.is_alive() and len(outcomes) == 1
+
+
+def test_quick_arrival_bench_ends_with_the_same_order_in_the_background_and_in_place(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_arrivals", "--quick"])
+    bench_arrivals.main()
+    report = json.loads(capsys.readouterr().out)
+    assert report["arrivals"] == 4 and report["same_final_order"] is True
+    for part in ("reference_beamer_reply", "background_reply", "in_place_reply"):
+        assert 0 < report[part]["p50_ms"] <= report[part]["max_ms"]
+
+
+def test_bad_arrival_count_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_arrivals", "--arrivals", "0"])
+    with pytest.raises(SystemExit) as exited:
+        run_command(bench_arrivals.main)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--arrivals: 0 is not between 1 and" in err and err.count("\n") == 1

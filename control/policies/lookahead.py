@@ -270,6 +270,16 @@ class LookaheadPolicy(BasePolicy):
             self._set_order(self._search_now(snapshot, present, new))
         return self._ranker.rank(snapshot)
 
+    @property
+    def order(self) -> Order:
+        """The experiment order the policy ranks by now, most urgent first."""
+        return self._order
+
+    @property
+    def pending(self) -> bool:
+        """A background search is under way or arrivals wait for one."""
+        return self._searching is not None or bool(self._unsearched)
+
     def _set_order(self, order: Order) -> None:
         if order != self._order:
             self._order = order
