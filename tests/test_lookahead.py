@@ -283,23 +283,29 @@ def test_a_background_search_is_ranked_once_it_returns() -> None:
     assert not process.is_alive()
 
 
+class Outcomes:
+    """What a worker returned, and an event set at each return."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[object] = []
+        self.got = threading.Event()
+
+    def add(self, outcome: object) -> None:
+        self.outcomes.append(outcome)
+        self.got.set()
+
+
 def test_a_search_that_raises_in_the_worker_is_reported() -> None:
-    outcomes: list[object] = []
-    got = threading.Event()
-
-    def on_return(outcome: object) -> None:
-        outcomes.append(outcome)
-        got.set()
-
-    worker = BackgroundSearch(on_return)
+    returned = Outcomes()
+    worker = BackgroundSearch(returned.add)
     try:
         snap = two_experiment_snapshot()
         bad = SearchJob(residual_workload(snap), {}, (0, 1), (1,), None, SearchSettings(), "x")
         worker.submit(bad)
-        assert got.wait(60)
+        assert returned.got.wait(60)
     finally:
         worker.close()
-    (outcome,) = outcomes
+    (outcome,) = returned.outcomes
     assert isinstance(outcome, RuntimeError) and "Random.setstate" in str(outcome)
 
 
@@ -319,25 +325,19 @@ def test_a_failed_background_search_keeps_the_rule_placement() -> None:
 
 
 def test_closing_ends_a_worker_in_the_middle_of_a_search() -> None:
-    outcomes: list[object] = []
-    got = threading.Event()
-
-    def on_return(outcome: object) -> None:
-        outcomes.append(outcome)
-        got.set()
-
-    worker = BackgroundSearch(on_return)
+    returned = Outcomes()
+    worker = BackgroundSearch(returned.add)
     state = random.Random(0).getstate()
     small = SearchJob(short_and_long(), {}, (), (0, 1), None, SearchSettings(), state)
     worker.submit(small)
-    assert got.wait(60)  # the worker is up and has searched once
+    assert returned.got.wait(60)  # the worker is up and has searched once
     # A whole HP-tuning workload, every experiment new: minutes of simulations.
     heavy = mix_workload("default", 1)
     everyone = tuple(e.experiment_id for e in heavy.experiments)
     worker.submit(SearchJob(heavy, {}, (), everyone, None, SearchSettings(), state))
     time.sleep(0.5)
     worker.close()
-    assert not worker._process.is_alive() and len(outcomes) == 1
+    assert not worker._process.is_alive() and len(returned.outcomes) == 1
 
 
 def test_quick_arrival_bench_ends_with_the_same_order_in_the_background_and_in_place(
