@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -360,3 +362,41 @@ def test_bad_arrival_count_is_one_line_and_exit_2(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "--arrivals: 0 is not between 1 and" in err and err.count("\n") == 1
+
+
+def test_a_killed_search_process_is_replaced_at_the_next_arrival() -> None:
+    long_one, short_one = short_and_long().experiments
+    third = replace(short_one, experiment_id=2)
+
+    def snap(plans: tuple[Experiment, ...]) -> Snapshot:
+        coflows = tuple(
+            CoflowState(CoflowKey(e.experiment_id, 0, 0, 0), 0.0, 10.0, 0.0, {0: 10.0}, 1)
+            for e in plans
+        )
+        states = {e.experiment_id: ExperimentState(e, 0, 0.0, {}) for e in plans}
+        return Snapshot(0.0, 2, (8e9,) * 4, coflows, states)
+
+    returned = threading.Event()
+    policy = LookaheadPolicy()
+    policy.search_in_background(returned.set)
+    try:
+        policy.rank(snap((long_one, short_one)))
+        assert returned.wait(60)
+        returned.clear()
+        policy.rank(snap((long_one, short_one)))
+        assert policy._worker is not None
+        first = policy._worker
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        assert returned.wait(60)  # the reader saw the pipe close
+        returned.clear()
+        policy.rank(snap((long_one, short_one, third)))
+        assert policy._worker is not first and policy._worker.alive
+        assert returned.wait(60)
+        ranked = policy.rank(snap((long_one, short_one, third)))
+        in_place = LookaheadPolicy()
+        in_place.rank(snap((long_one, short_one)))
+        assert ranked == in_place.rank(snap((long_one, short_one, third)))
+    finally:
+        policy.close()
+    assert not first.alive

@@ -54,12 +54,18 @@ class BackgroundSearch:
         child.close()
         self._on_return = on_return
         self._closed = False
+        self._ended = False
         self._reader = threading.Thread(target=self._read, name="lookahead-results", daemon=True)
         self._reader.start()
 
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        """False once the pipe has closed (the process may not be reaped yet)."""
+        return not self._ended and self._process.is_alive()
 
     def submit(self, job: SearchJob) -> None:
         """Queue ``job``; the worker runs jobs in the order they were submitted."""
@@ -70,6 +76,7 @@ class BackgroundSearch:
             try:
                 outcome = self._connection.recv()
             except (EOFError, OSError):
+                self._ended = True
                 if not self._closed:
                     self._on_return(RuntimeError("the lookahead search process ended"))
                 return

@@ -255,6 +255,7 @@ class LookaheadPolicy(BasePolicy):
         """The new experiments of the search under way (background mode)."""
         self._returned: SearchResult | BaseException | None = None
         self._returned_lock = threading.Lock()
+        self._notify: Callable[[], None] = lambda: None
         self.searches_failed = 0
 
     def rank(self, snapshot: Snapshot) -> Ranking:
@@ -312,19 +313,37 @@ class LookaheadPolicy(BasePolicy):
     def search_in_background(self, notify: Callable[[], None]) -> None:
         """Search in a worker process from now on; ``notify`` is called (from another
         thread) when a search has returned, so the caller ranks again."""
+        self._notify = notify
         if self._worker is None:
-            self._worker = BackgroundSearch(lambda outcome: self._on_return(outcome, notify))
+            self._worker = BackgroundSearch(self._on_return)
 
     def close(self) -> None:
         """Stop the worker process, if any (a search under way is abandoned)."""
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+        self._searching = None
+        with self._returned_lock:
+            self._returned = None
 
-    def _on_return(self, outcome: SearchResult | BaseException, notify: Callable[[], None]) -> None:
+    def _on_return(self, outcome: SearchResult | BaseException) -> None:
         with self._returned_lock:
             self._returned = outcome
-        notify()
+        self._notify()
+
+    def _submit(self, job: SearchJob) -> None:
+        """Hand ``job`` to the worker; one killed or crashed is replaced first."""
+        assert self._worker is not None
+        if self._worker.alive:
+            try:
+                self._worker.submit(job)
+                return
+            except OSError:  # it ended between the check and the send
+                pass
+        log.warning("lookahead search process ended; starting a new one")
+        self._worker.close()
+        self._worker = BackgroundSearch(self._on_return)
+        self._worker.submit(job)
 
     def _rank_in_background(
         self, snapshot: Snapshot, present: set[int], new: Sequence[int]
@@ -334,15 +353,13 @@ class LookaheadPolicy(BasePolicy):
         with self._returned_lock:
             returned, self._returned = self._returned, None
         if returned is not None and self._searching is not None:
-            searched = self._searching
             self._searching = None
             if isinstance(returned, SearchResult):
                 # What arrived during the search is placed by the rule around its order.
                 order = tuple(e for e in self._took(returned) if e in present)
-            else:
+            else:  # its experiments keep the rule's placement
                 self.searches_failed += 1
                 log.warning("lookahead search failed, keeping the rule's placement: %s", returned)
-                self._unsearched -= searched
         self._unsearched = (self._unsearched | set(new)) & present
         missing = set(new) | {e for e in present if e not in order}
         if missing:
@@ -351,6 +368,6 @@ class LookaheadPolicy(BasePolicy):
             job = self._job(snapshot, order, sorted(self._unsearched))
             self._searching = frozenset(self._unsearched)
             self._unsearched = set()
-            self._worker.submit(job)
+            self._submit(job)
         self._set_order(order)
         return self._ranker.rank(snapshot)
