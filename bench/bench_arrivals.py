@@ -29,7 +29,7 @@ import statistics
 import time
 from typing import Any, ClassVar
 
-from bench.bench_controller import BEAMER_P4, switch_process
+from bench.bench_controller import BEAMER_P4, switch_process, topology
 from bench.common import emit, run_command
 from bench.heldout import mix_workload
 from control.controller import Controller, ControllerConfig
@@ -39,7 +39,6 @@ from control.events import EventClient, EventServer
 from control.model import Experiment
 from control.policies.base import Allocator, Ranking, Snapshot
 from control.policies.lookahead import LookaheadPolicy
-from control.topology import Topology, parse_topology
 
 SETTLE_TIMEOUT_S = 600.0
 """A background search that has not returned by then fails the bench."""
@@ -57,23 +56,6 @@ class InPlace:
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         return self.policy.rank(snapshot)
-
-
-def topology(grpc_addr: str, hosts: int) -> Topology:
-    return parse_topology(
-        {
-            "name": "bench",
-            "switches": [{"name": "s1", "device_id": 0, "grpc_addr": grpc_addr}],
-            "hosts": [
-                {"name": f"h{i}", "ip": f"10.0.0.{i + 1}", "mac": f"02:00:00:00:00:{i + 1:02x}"}
-                for i in range(hosts)
-            ],
-            "links": [
-                {"node1": f"h{i}", "node2": "s1", "port2": i + 1, "rate_mbps": 1000}
-                for i in range(hosts)
-            ],
-        }
-    )
 
 
 def arrive(client: EventClient, experiment: Experiment) -> float:

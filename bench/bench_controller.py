@@ -58,18 +58,19 @@ GOAL_P50_MS = 20.0
 BURST_TRIALS = 20
 
 
-def topology(grpc_addr: str) -> Any:
+def topology(grpc_addr: str, hosts: int = NUM_HOSTS) -> Any:
+    """One switch with ``hosts`` hosts at 1 Gbit/s on ports 1..hosts (at most 254)."""
     return parse_topology(
         {
             "name": "bench",
             "switches": [{"name": "s1", "device_id": 0, "grpc_addr": grpc_addr}],
             "hosts": [
                 {"name": f"h{i}", "ip": f"10.0.0.{i}", "mac": f"02:00:00:00:00:{i:02x}"}
-                for i in range(1, NUM_HOSTS + 1)
+                for i in range(1, hosts + 1)
             ],
             "links": [
                 {"node1": f"h{i}", "node2": "s1", "port2": i, "rate_mbps": 1000}
-                for i in range(1, NUM_HOSTS + 1)
+                for i in range(1, hosts + 1)
             ],
         }
     )
