@@ -367,12 +367,14 @@ def test_stage_counters_feed_progress_to_a_non_clairvoyant_policy(net: Network) 
             coflows = net.controller.state.coflows
             return sum(c.sent_bytes for k, c in coflows.items() if k.experiment_id == experiment_id)
 
+    whole = 20 * len(packet(1, 0, first[0]))
     for _ in range(250):
-        if sent(1) > 0 and net.controller.status()["order"][0]["coflow"][0] == 2:
+        # A poll may land while the switch is still counting: wait for the whole count.
+        if sent(1) == whole and net.controller.status()["order"][0]["coflow"][0] == 2:
             break
         threading.Event().wait(0.02)
     # The counter read shows experiment 1 has sent; the policy now puts experiment 2 first.
-    assert sent(1) == 20 * len(packet(1, 0, first[0]))  # whole frames, as BMv2 counts
+    assert sent(1) == whole  # whole frames, as BMv2 counts
     assert sent(2) == 0
     assert [o["coflow"][0] for o in net.controller.status()["order"]] == [2, 1]
 
