@@ -21,9 +21,11 @@ only when the ``ray`` executor runs.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -165,8 +167,13 @@ def _pool_outcomes(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def start_local_ray(num_cpus: int) -> None:
-    """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only."""
+def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
+    """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only.
+
+    Ray gives its raylet a fixed 30 s to register; on a loaded machine that can pass.
+    A start that fails is cleaned up completely (processes and directory) and tried
+    again, up to ``attempts`` times in all; the last failure is raised.
+    """
     # Ray runs its workers at niceness 15 by default: on a shared machine they would
     # then get almost no CPU. The runs are this command's work: normal priority.
     os.environ.setdefault(_RAY_NICENESS_ENV, "0")
@@ -174,36 +181,49 @@ def start_local_ray(num_cpus: int) -> None:
     import logging
 
     global _LOCAL_TEMP_DIR
-    # Its own directory for sockets and logs, removed by stop_local_ray: nothing is left
-    # behind, and no other Ray instance on the machine is found or joined ("local").
-    _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
-    try:
-        ray.init(
-            address="local",
-            _temp_dir=_LOCAL_TEMP_DIR,
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            configure_logging=True,
-        )
-    except BaseException:
-        stop_local_ray()  # what did start, and the directory
-        raise
+    for attempt in range(1, attempts + 1):
+        # Its own directory for sockets and logs, removed by stop_local_ray: nothing is
+        # left behind, and no other Ray instance on the machine is found or joined.
+        _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
+        try:
+            ray.init(
+                address="local",
+                _temp_dir=_LOCAL_TEMP_DIR,
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                configure_logging=True,
+            )
+            return
+        except BaseException as error:
+            stop_local_ray()  # what did start, and the directory
+            if attempt == attempts or not isinstance(error, Exception):
+                raise
+            line = f"{type(error).__name__}: {error}".splitlines()[0]
+            print(f"Ray did not start ({line}); starting it again", file=sys.stderr)
 
 
-def stop_local_ray() -> None:
-    """Shut the instance of :func:`start_local_ray` down and remove its directory."""
+def stop_local_ray(grace_s: float = 20.0) -> None:
+    """Shut the instance of :func:`start_local_ray` down and remove its directory.
+
+    Ray's processes that are still running ``grace_s`` after shutdown (a start that
+    failed half-way is not known to ``ray.shutdown``) are killed: they are ours.
+    """
     global _LOCAL_TEMP_DIR
     import ray
 
     ray_processes = _ray_descendants()
     ray.shutdown()
+    # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown() by a
+    # moment and write into the directory until they exit: wait for them, then remove it.
+    _wait_gone(ray_processes, timeout_s=grace_s)
+    for pid in ray_processes:
+        if _running(pid) and b"ray" in _cmdline(pid):  # still the same process
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _wait_gone(ray_processes, timeout_s=5.0)
     if _LOCAL_TEMP_DIR is not None:
-        # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown()
-        # by a moment and write into the directory until they exit: wait for them,
-        # then remove it, again if needed.
-        _wait_gone(ray_processes, timeout_s=20.0)
         for _ in range(20):
             shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
             if not os.path.exists(_LOCAL_TEMP_DIR):

@@ -6,7 +6,11 @@ the whole module, and a second start in the same process would stand in its way.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +32,45 @@ def test_a_local_ray_that_fails_to_start_leaves_no_directory(
     with pytest.raises(RuntimeError, match="timed out"):
         start_local_ray(2)
     assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) == before
+
+
+def test_a_start_that_fails_once_is_cleaned_up_and_tried_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    from sim import executors
+
+    directories: list[str] = []
+
+    def fail_first(**kwargs: Any) -> None:
+        directories.append(kwargs["_temp_dir"])
+        assert Path(kwargs["_temp_dir"]).is_dir()
+        if len(directories) == 1:
+            raise RuntimeError("The current node timed out during startup.")
+
+    monkeypatch.setattr(ray, "init", fail_first)
+    executors.start_local_ray(2)
+    assert len(directories) == 2 and directories[0] != directories[1]
+    assert not Path(directories[0]).exists()  # the failed start's directory went first
+    assert "Ray did not start (RuntimeError: The current node timed out" in capsys.readouterr().err
+    executors.stop_local_ray(grace_s=0.1)
+    assert not Path(directories[1]).exists()
+
+
+def test_stop_kills_a_ray_process_that_outlives_shutdown() -> None:
+    pytest.importorskip("ray")
+    from sim.executors import stop_local_ray
+
+    # Stands for a raylet of a start that failed half-way: ray.shutdown() does not know
+    # it, and it ignores SIGTERM.
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    straggler = subprocess.Popen([sys.executable, "-c", code, "raylet"])
+    try:
+        time.sleep(0.3)  # running, with its command line in place
+        stop_local_ray(grace_s=0.2)
+        assert straggler.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if straggler.poll() is None:
+            straggler.kill()
+            straggler.wait()
