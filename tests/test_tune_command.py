@@ -60,6 +60,20 @@ def test_without_root_it_says_so() -> None:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+def _longest_overlap_s(stages: list[dict[str, str]]) -> float:
+    """The longest time two stages of different experiments ran at once."""
+    spans = [(row["experiment_id"], float(row["release_s"]), float(row["end_s"])) for row in stages]
+    return max(
+        (
+            min(end_a, end_b) - max(start_a, start_b)
+            for i, (exp_a, start_a, end_a) in enumerate(spans)
+            for exp_b, start_b, end_b in spans[i + 1 :]
+            if exp_a != exp_b
+        ),
+        default=0.0,
+    )
+
+
 def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
@@ -103,10 +117,13 @@ def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothin
     promoted = sum(rung.trials for bracket in plan.brackets for rung in bracket.rungs[1:])
     assert search["promotions"] == promoted
     assert search["trials"] == 4
-    # The switch was given a class per running stage or coflow (two brackets at once:
-    # at least two distinct classes under Beamer), and the controller took every event.
+    # The switch was given a class per running stage or coflow, and the controller took
+    # every event. Two brackets' stages running at once get distinct classes under
+    # Beamer; whether they overlap depends on the machine's load, so the stages' own
+    # times say whether the status sampler (every 0.25 s) must have seen two classes.
     assert search["max_class_entries"] >= 1
-    assert len(search["classes_used"]) >= 2
+    if _longest_overlap_s(stages) >= 1.0:
+        assert len(search["classes_used"]) >= 2
     assert search["events_applied"] > 0
     assert 0 < search["validation_accuracy"] <= 1
 
