@@ -189,6 +189,11 @@ def test_policy_specs_build_lookahead_variants_and_refuse_bad_knobs() -> None:
         policy_from_spec("beamer-lookahead:tail_power=0.5")
     with pytest.raises(UserError, match="finite number"):
         policy_from_spec("beamer-lookahead:tail_weight=nan")
+    guarded = policy_from_spec("beamer-lookahead:guard_weight=1;guard_slack=0")
+    assert isinstance(guarded, LookaheadPolicy)
+    assert (guarded.settings.guard_weight, guarded.settings.guard_slack) == (1, 0)
+    with pytest.raises(UserError, match="guard_weight and guard_slack must be at least 0"):
+        policy_from_spec("beamer-lookahead:guard_slack=-0.1")
 
 
 def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> None:

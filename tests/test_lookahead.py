@@ -245,6 +245,41 @@ def test_a_tail_weight_serves_the_stage_that_has_waited_long() -> None:
     assert [g[0].experiment_id for g in tail.groups] == [0, 1]
 
 
+def test_the_guard_adds_each_stages_excess_over_the_reference() -> None:
+    ages = {StageKey(0, 1): 10.0}
+    residual = {StageKey(0, 1): 2.0, StageKey(1, 0): 5.0}
+    reference = {StageKey(0, 1): 1.0, StageKey(1, 0): 4.0}
+    guarded = SearchSettings(guard_weight=3.0, guard_slack=0.1)
+    # Stage (0, 1): 12 against 1.1 * 11 = 12.1, within; stage (1, 0): 5 against 4.4.
+    assert guarded.objective(residual, ages, reference) == pytest.approx(7.0 + 3 * 0.6)
+    assert guarded.objective(residual, ages, None) == 7.0  # no reference, no guard
+    assert SearchSettings().objective(residual, ages, reference) == 7.0  # off by default
+
+
+def test_the_guard_keeps_a_stage_within_what_sincronia_gives_it() -> None:
+    # Experiment 0: one 4 s coflow. Experiment 1: five stages of 1 s each. The sum of SCTs
+    # is lowest with 0 first (4 + 5 + 4 * 1 = 13 s), which makes experiment 1's first
+    # stage wait 5 s where Sincronia, shortest coflow first, gives it 1 s; with the guard
+    # the search takes the order whose every stage is within 5 % of Sincronia's.
+    def experiment(experiment_id: int, sizes_bytes: list[int]) -> Experiment:
+        stages = (
+            Stage(i, (TrialStage(0, 1, 0.0, (Flow(0, 1, size),)),))
+            for i, size in enumerate(sizes_bytes)
+        )
+        return Experiment(experiment_id, 0.0, tuple(stages))
+
+    workload = Workload(2, 8e9, (experiment(0, [4 * 10**9]), experiment(1, [10**9] * 5)))
+    sincronia = simulate(workload, get_policy("sincronia"), SimConfig()).sct_s
+    plain, guarded = LookaheadPolicy(), LookaheadPolicy(guard_weight=1.0)
+    plain_sct = simulate(workload, plain, SimConfig()).sct_s
+    guarded_sct = simulate(workload, guarded, SimConfig()).sct_s
+    assert (plain.order, guarded.order) == ((0, 1), (1, 0))
+    assert sum(plain_sct.values()) < sum(guarded_sct.values())
+    assert plain_sct[StageKey(1, 0)] > 4 * sincronia[StageKey(1, 0)]
+    assert all(guarded_sct[key] <= 1.05 * sincronia[key] for key in sincronia)
+    assert guarded.simulations == plain.simulations + 1  # the reference run
+
+
 def test_rule_placement_puts_arrivals_where_the_rule_ranks_them() -> None:
     rule = Ranking(tuple((CoflowKey(e, 0, 0, 0),) for e in (4, 2, 7, 1)))
     assert rule_placement((1, 2, 3), {4, 7}, rule) == (4, 7, 1, 2, 3)

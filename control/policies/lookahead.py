@@ -128,20 +128,44 @@ class SearchSettings:
     max_simulations: int = 200
     tail_power: float = 1.0
     tail_weight: float = 0.0
+    guard_weight: float = 0.0
+    guard_slack: float = 0.05
 
     def objective(
-        self, residual_sct_s: Mapping[StageKey, float], ages_s: Mapping[StageKey, float]
+        self,
+        residual_sct_s: Mapping[StageKey, float],
+        ages_s: Mapping[StageKey, float],
+        reference_sct_s: Mapping[StageKey, float] | None = None,
     ) -> float:
         """The residual run's cost: Σ SCT^p + w·max SCT over the stages it runs, each
         SCT counted from the stage's release (its age now plus its residual time), so
         that with a power above 1 or a weight a stage that has waited long weighs more.
         With p = 1 and w = 0 (the default) this is the residual's Σ SCT plus a constant
-        the order cannot change."""
-        if self.tail_power == 1.0 and self.tail_weight == 0.0:
+        the order cannot change.
+
+        With a guard weight g and ``reference_sct_s`` (the residual SCTs of the same
+        workload under Sincronia), each stage that would end more than the slack s
+        later than under Sincronia adds g times the excess: g·Σ max(0, SCT − (1+s)·ref),
+        SCTs again counted from release. The sum alone serves the short stages first
+        and lets the largest wait without limit; the guard bounds that wait by what
+        the coflow scheduler would give them, where the tail is measured."""
+        plain = self.tail_power == 1.0 and self.tail_weight == 0.0
+        if plain and self.guard_weight == 0.0:
             return sum(residual_sct_s.values())  # the ages would add a constant
-        sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
-        total = sum(x**self.tail_power for x in sct)
-        return total + self.tail_weight * max(sct, default=0.0)
+        sct = {key: ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()}
+        if plain:
+            total = sum(residual_sct_s.values())
+        else:
+            total = sum(x**self.tail_power for x in sct.values())
+            total += self.tail_weight * max(sct.values(), default=0.0)
+        if self.guard_weight > 0.0 and reference_sct_s is not None:
+            bound = 1.0 + self.guard_slack
+            total += self.guard_weight * sum(
+                max(0.0, x - bound * (ages_s.get(key, 0.0) + reference_sct_s[key]))
+                for key, x in sct.items()
+                if key in reference_sct_s
+            )
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,16 +201,21 @@ def search(job: SearchJob) -> SearchResult:
     settings = job.settings
     config = SimConfig(num_classes=job.num_classes)
     scores: dict[Order, float] = {}
+    reference: Mapping[StageKey, float] | None = None
+    if settings.guard_weight > 0.0:
+        from control.policies.sincronia import SincroniaPolicy
+
+        reference = simulate(job.residual, SincroniaPolicy(), config).sct_s
 
     def cost(order: Order) -> float:
         if order not in scores:
             result = simulate(job.residual, StaticOrderPolicy(order), config)
-            scores[order] = settings.objective(result.sct_s, job.ages_s)
+            scores[order] = settings.objective(result.sct_s, job.ages_s, reference)
         return scores[order]
 
     placed = insert_best(cost, job.order, job.new, settings.max_simulations)
     best = improve(cost, placed, budget=settings.evals, window=settings.window, rng=rng)
-    return SearchResult(best, rng.getstate(), len(scores))
+    return SearchResult(best, rng.getstate(), len(scores) + (reference is not None))
 
 
 def rule_placement(order: Order, new: Collection[int], rule_ranking: Ranking) -> Order:
@@ -233,10 +262,16 @@ class LookaheadPolicy(BasePolicy):
         seed: int = 0,
         tail_power: float = 1.0,
         tail_weight: float = 0.0,
+        guard_weight: float = 0.0,
+        guard_slack: float = 0.05,
     ) -> None:
         if not tail_power >= 1.0 or not tail_weight >= 0.0:
             raise ValueError("tail_power must be at least 1 and tail_weight at least 0")
-        self.settings = SearchSettings(evals, window, max_simulations, tail_power, tail_weight)
+        if not guard_weight >= 0.0 or not guard_slack >= 0.0:
+            raise ValueError("guard_weight and guard_slack must be at least 0")
+        self.settings = SearchSettings(
+            evals, window, max_simulations, tail_power, tail_weight, guard_weight, guard_slack
+        )
         self.max_present = max_present
         self.rule: BasePolicy = chosen_beamer()
         """Ranks above ``max_present``; places arrivals until their background search returns."""
