@@ -27,7 +27,8 @@ seeds, the *share of the gain* each policy takes: Σ (Sincronia − policy) /
 Σ (Sincronia − best), in seconds of average SCT.
 
 ``--instance default`` runs on the held-out tables' default workload instead
-(21–38 experiments), where ``--window`` keeps the local search to short moves.
+(21–38 experiments), where ``--window`` keeps the local search to short moves;
+``--instance sha-only`` and ``hyperband-only`` on their other two mixes.
 ``--moves-from`` reads an earlier run's JSON and counts what its best orders
 changed from a policy's completion order (see :func:`reversed_pairs`).
 
@@ -52,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
-from bench.heldout import mix_workload
+from bench.heldout import SHAPE_MIXES, mix_workload
 from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
 from control.policies.base import BasePolicy
@@ -69,16 +70,21 @@ POLICIES = ("beamer", "beamer-v1", "sincronia")
 INSTANCES = {
     "small": "12 hosts at 10 Gbit/s, 3 jobs, 1 iteration per budget unit",
     "default": "the held-out tables' default workload (bench.heldout's 'default' mix)",
+    "sha-only": "the held-out tables' SHA-only workload (bench.heldout's 'sha-only' mix)",
+    "hyperband-only": (
+        "the held-out tables' Hyperband-only workload (bench.heldout's 'hyperband-only' mix)"
+    ),
 }
 """The instance kinds ``--instance`` accepts, as the JSON describes them."""
 
 
 def instance(seed: int, kind: str = "small") -> Workload:
     """The instance of ``seed``: ``small`` (the generator's shapes with fewer hosts, jobs and
-    iterations, where a search can see much of the space) or ``default`` (the workload of
-    the held-out tables, where the search is a local one around the policies' orders)."""
-    if kind == "default":
-        return mix_workload("default", seed)
+    iterations, where a search can see much of the space) or one of the held-out tables'
+    mixes (``default``, ``sha-only``, ``hyperband-only``), where the search is a local one
+    around the policies' orders."""
+    if kind in SHAPE_MIXES:
+        return mix_workload(kind, seed)
     if kind != "small":
         raise UserError(f"--instance: {kind!r} is not one of {', '.join(INSTANCES)}")
     return hp_tuning.generate(
@@ -420,7 +426,7 @@ def run_main() -> None:
         "--instance",
         default="small",
         choices=tuple(INSTANCES),
-        help="small instances (the default) or the held-out tables' default workload",
+        help="small instances (the default) or one of the held-out tables' mixes",
     )
     parser.add_argument(
         "--moves-from",

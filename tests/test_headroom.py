@@ -145,6 +145,9 @@ def test_a_window_keeps_only_the_moves_of_that_many_places() -> None:
 
 def test_the_default_instance_is_the_held_out_default_workload() -> None:
     assert instance(12, "default") == mix_workload("default", 12)
+    assert instance(12, "sha-only") == mix_workload("sha-only", 12)
+    assert instance(12, "hyperband-only") == mix_workload("hyperband-only", 12)
+    assert {e.kind for e in instance(12, "sha-only").experiments} == {"sha"}
     assert len(instance(12, "default").experiments) > len(instance(12).experiments)
     with pytest.raises(UserError, match="--instance"):
         instance(12, "huge")
