@@ -29,6 +29,8 @@ seeds, the *share of the gain* each policy takes: Σ (Sincronia − policy) /
 ``--instance default`` runs on the held-out tables' default workload instead
 (21–38 experiments), where ``--window`` keeps the local search to short moves;
 ``--instance sha-only`` and ``hyperband-only`` on their other two mixes.
+``--tails-from`` reads an earlier run's JSON and sets the average and p99 SCT of its
+best orders (and of ``--policies``) against Sincronia's, instance and classes as in it.
 ``--moves-from`` reads an earlier run's JSON and counts what its best orders
 changed from a policy's completion order (see :func:`reversed_pairs`).
 
@@ -54,6 +56,7 @@ import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
 from bench.heldout import SHAPE_MIXES, mix_workload
+from bench.heldout import summarize as summarize_against_sincronia
 from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
 from control.policies.base import BasePolicy
@@ -225,6 +228,60 @@ def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
                 total.setdefault(name, {}).setdefault(cell, 0)
                 total[name][cell] += value
     return {"from": policy, "seeds": [row["seed"] for row in rows], "reversed_pairs": total}
+
+
+BEST = "best static order"
+"""The best order found by an earlier run, as ``--tails-from`` names it."""
+
+
+def tail_seed(
+    seed: int, kind: str, classes: int | None, best_order: Sequence[int], policies: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Average and p99 SCT of Sincronia, ``policies`` and the best order on one instance."""
+    workload = instance(seed, kind)
+    config = SimConfig(num_classes=classes)
+    chosen: dict[str, BasePolicy] = {
+        name: policy_from_spec(name) for name in dict.fromkeys(("sincronia", *policies))
+    }
+    chosen[BEST] = StaticOrderPolicy(tuple(best_order))
+    out = {}
+    for name, policy in chosen.items():
+        sct = np.array(list(simulate(workload, policy, config).sct_s.values()))
+        out[name] = {"avg_sct_s": float(sct.mean()), "p99_sct_s": float(np.percentile(sct, 99))}
+    return out
+
+
+def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, Any]:
+    """The tail of the best orders an earlier run found: each seed's best order, Sincronia
+    and ``policies`` simulated again on its instance with its classes, their average and
+    p99 SCT set against Sincronia's as the held-out tables do. It says whether the orders
+    that lower the mean most keep the tail within the goal."""
+    rows = headroom_rows("--tails-from", path, "best_order")
+    with open(path) as handle:
+        head = json.load(handle)
+    kinds = {text: kind for kind, text in INSTANCES.items()}
+    kind = kinds.get(head.get("instances", INSTANCES["small"]))
+    modes = parse_queues(str(head.get("queues", "ideal")))
+    if kind is None or len(modes) != 1:
+        raise UserError(f"--tails-from {path}: its instances or queues are not known here")
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, 2))) as pool:
+        runs = list(
+            pool.map(
+                tail_seed,
+                [int(row["seed"]) for row in rows],
+                [kind] * len(rows),
+                [modes[0]] * len(rows),
+                [row["best_order"] for row in rows],
+                [policies] * len(rows),
+            )
+        )
+    return {
+        "from": path,
+        "instances": INSTANCES[kind],
+        "queues": head.get("queues", "ideal"),
+        "seeds": [int(row["seed"]) for row in rows],
+        "tails": summarize_against_sincronia(runs, [BEST, *policies]),
+    }
 
 
 def search(
@@ -435,6 +492,12 @@ def run_main() -> None:
         help="no search: what an earlier run's best orders changed from --moves-policy's",
     )
     parser.add_argument(
+        "--tails-from",
+        default=None,
+        metavar="JSON",
+        help="no search: the p99 of an earlier run's best orders and of --policies",
+    )
+    parser.add_argument(
         "--moves-policy", default="beamer", help="whose completion order --moves-from reads"
     )
     parser.add_argument(
@@ -462,6 +525,9 @@ def run_main() -> None:
     classes = modes[0]
     if args.moves_from:
         emit(moves_from(args.moves_from, args.moves_policy, args.instance))
+        return
+    if args.tails_from:
+        emit(tails_from(args.tails_from, policies, args.workers))
         return
     if args.screen:
         with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from bench.bench_headroom import (
+    BEST,
+    INSTANCES,
     experiment_profiles,
     instance,
     lower_bound,
@@ -28,7 +30,7 @@ from control.policies.beamer import BeamerPolicy
 from control.policies.lookahead import LookaheadPolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy, neighbours
-from sim.engine import simulate
+from sim.engine import SimConfig, simulate
 
 GBPS = 1e9
 
@@ -208,6 +210,33 @@ def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> No
     assert ideal["best_static_avg_sct_s"] < ideal["fair_avg_sct_s"] * 0.99
 
 
+def test_tails_from_sets_an_earlier_runs_best_orders_against_sincronia(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = instance(3)
+    order = [e.experiment_id for e in reversed(workload.experiments)]
+    earlier = tmp_path / "earlier.json"
+    head = {"instances": INSTANCES["small"], "queues": "4"}
+    earlier.write_text(json.dumps({**head, "seeds": [{"seed": 3, "best_order": order}]}))
+    monkeypatch.setattr(
+        "sys.argv", ["bench_headroom", "--tails-from", str(earlier), "--policies", "fair"]
+    )
+    main()
+    report = json.loads(capsys.readouterr().out)
+    assert (report["seeds"], report["queues"]) == ([3], "4")
+    tails = report["tails"]
+    config = SimConfig(num_classes=4)
+    for name, policy in ((BEST, StaticOrderPolicy(tuple(order))), ("fair", get_policy("fair"))):
+        sct = list(simulate(workload, policy, config).sct_s.values())
+        sincronia = list(simulate(workload, get_policy("sincronia"), config).sct_s.values())
+        assert tails[name]["over_sincronia_mean"] == pytest.approx(
+            np.mean(sct) / np.mean(sincronia)
+        )
+        assert tails[name]["p99_over_sincronia"] == pytest.approx(
+            np.percentile(sct, 99) / np.percentile(sincronia, 99)
+        )
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -215,6 +244,8 @@ def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> No
         (["--instance", "default", "--moves-from", "/nonexistent.json"], "not a bench_headroom"),
         (["--seeds", "1", "--start-from", "/nonexistent.json"], "--start-from /nonexistent.json"),
         (["--seeds", "1", "--start-from", "{seeds}"], "seed 1 has no best_order"),
+        (["--tails-from", "/nonexistent.json"], "--tails-from /nonexistent.json"),
+        (["--tails-from", "{odd}"], "its instances or queues are not known here"),
     ],
 )
 def test_bad_headroom_options_are_one_line_and_exit_2(
@@ -226,7 +257,9 @@ def test_bad_headroom_options_are_one_line_and_exit_2(
 ) -> None:
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"seeds": [{"seed": 1}]}))
-    argv = [arg.replace("{seeds}", str(earlier)) for arg in argv]
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"instances": "huge", "seeds": [{"seed": 1, "best_order": [0]}]}))
+    argv = [arg.replace("{seeds}", str(earlier)).replace("{odd}", str(odd)) for arg in argv]
     monkeypatch.setattr("sys.argv", ["bench_headroom", *argv])
     with pytest.raises(SystemExit) as exited:
         main()
