@@ -244,18 +244,41 @@ def tail_seed(
         name: policy_from_spec(name) for name in dict.fromkeys(("sincronia", *policies))
     }
     chosen[BEST] = StaticOrderPolicy(tuple(best_order))
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
+    stage_sct = {}
     for name, policy in chosen.items():
-        sct = np.array(list(simulate(workload, policy, config).sct_s.values()))
+        stage_sct[name] = simulate(workload, policy, config).sct_s
+        sct = np.array(list(stage_sct[name].values()))
         out[name] = {"avg_sct_s": float(sct.mean()), "p99_sct_s": float(np.percentile(sct, 99))}
+    for name in policies:
+        # The stages at or above the p99, and what the same stages took in the best order.
+        out[name]["tail_stages"] = [
+            [key.experiment_id, key.stage_id, sct_s, stage_sct[BEST][key]]
+            for key, sct_s in stage_sct[name].items()
+            if sct_s >= out[name]["p99_sct_s"]
+        ]
     return out
+
+
+def tail_stage_summary(runs: Sequence[dict[str, dict[str, Any]]], name: str) -> dict[str, Any]:
+    """How much longer ``name``'s tail stages took than the same stages in the best order."""
+    ratios = [sct / in_best for run in runs for *_, sct, in_best in run[name]["tail_stages"]]
+    return {
+        "stages": len(ratios),
+        "longer_than_in_best": sum(1 for x in ratios if x > 1.0),
+        "over_1_1_of_best": sum(1 for x in ratios if x > 1.1),
+        "median_over_best": statistics.median(ratios),
+        "max_over_best": max(ratios),
+    }
 
 
 def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, Any]:
     """The tail of the best orders an earlier run found: each seed's best order, Sincronia
     and ``policies`` simulated again on its instance with its classes, their average and
     p99 SCT set against Sincronia's as the held-out tables do. It says whether the orders
-    that lower the mean most keep the tail within the goal."""
+    that lower the mean most keep the tail within the goal, and, for each policy's stages
+    at or above its p99 (``[experiment, stage, SCT, SCT in the best order]``), whether
+    the policy made them wait longer than the best order does."""
     rows = headroom_rows("--tails-from", path, "best_order")
     with open(path) as handle:
         head = json.load(handle)
@@ -281,6 +304,10 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
         "queues": head.get("queues", "ideal"),
         "seeds": [int(row["seed"]) for row in rows],
         "tails": summarize_against_sincronia(runs, [BEST, *policies]),
+        "tail_stages": {name: tail_stage_summary(runs, name) for name in policies},
+        "per_seed_tail_stages": [
+            {name: run[name]["tail_stages"] for name in policies} for run in runs
+        ],
     }
 
 

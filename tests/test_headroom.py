@@ -226,6 +226,17 @@ def test_tails_from_sets_an_earlier_runs_best_orders_against_sincronia(
     assert (report["seeds"], report["queues"]) == ([3], "4")
     tails = report["tails"]
     config = SimConfig(num_classes=4)
+    in_best = simulate(workload, StaticOrderPolicy(tuple(order)), config).sct_s
+    fair = simulate(workload, get_policy("fair"), config).sct_s
+    cut = np.percentile(list(fair.values()), 99)
+    ((stages,),) = [list(seed.values()) for seed in report["per_seed_tail_stages"]]
+    assert stages == [
+        [key.experiment_id, key.stage_id, sct, in_best[key]]
+        for key, sct in fair.items()
+        if sct >= cut
+    ]
+    ratios = [sct / best for *_, sct, best in stages]
+    assert report["tail_stages"]["fair"]["max_over_best"] == pytest.approx(max(ratios))
     for name, policy in ((BEST, StaticOrderPolicy(tuple(order))), ("fair", get_policy("fair"))):
         sct = list(simulate(workload, policy, config).sct_s.values())
         sincronia = list(simulate(workload, get_policy("sincronia"), config).sct_s.values())
