@@ -129,7 +129,7 @@ def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothin
     with (out / "iterations.csv").open(encoding="utf-8") as stream:
         iterations = list(csv.DictReader(stream))
     assert search["max_class_entries"] >= 1
-    if _longest_sync_overlap_s(iterations) >= 1.0:
+    if _longest_sync_overlap_s(iterations) >= 0.5:  # two of its samples
         assert len(search["classes_used"]) >= 2
     assert search["events_applied"] > 0
     assert 0 < search["validation_accuracy"] <= 1
