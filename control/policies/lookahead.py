@@ -146,24 +146,21 @@ class SearchSettings:
         With a guard weight g and ``reference_sct_s`` (the residual SCTs of the same
         workload under Sincronia), each stage that would end more than the slack s
         later than under Sincronia adds g times the excess: g·Σ max(0, SCT − (1+s)·ref),
-        SCTs again counted from release. The sum alone serves the short stages first
-        and lets the largest wait without limit; the guard bounds that wait by what
-        the coflow scheduler would give them, where the tail is measured."""
-        plain = self.tail_power == 1.0 and self.tail_weight == 0.0
-        if plain and self.guard_weight == 0.0:
-            return sum(residual_sct_s.values())  # the ages would add a constant
-        sct = {key: ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()}
-        if plain:
-            total = sum(residual_sct_s.values())
+        SCTs again counted from release. It was meant for the tail and does not serve
+        it: the largest stages wait under Sincronia too, so it binds on small ones
+        (docs/results.md, "A guard against Sincronia"); it stays off by default."""
+        if self.tail_power == 1.0 and self.tail_weight == 0.0:
+            total = sum(residual_sct_s.values())  # the ages would add a constant
         else:
-            total = sum(x**self.tail_power for x in sct.values())
-            total += self.tail_weight * max(sct.values(), default=0.0)
+            sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
+            total = sum(x**self.tail_power for x in sct)
+            total += self.tail_weight * max(sct, default=0.0)
         if self.guard_weight > 0.0 and reference_sct_s is not None:
             bound = 1.0 + self.guard_slack
             total += self.guard_weight * sum(
-                max(0.0, x - bound * (ages_s.get(key, 0.0) + reference_sct_s[key]))
-                for key, x in sct.items()
-                if key in reference_sct_s
+                max(0.0, age + left - bound * (age + reference_sct_s[key]))
+                for key, left in residual_sct_s.items()
+                for age in (ages_s.get(key, 0.0),)
             )
         return total
 
@@ -215,7 +212,7 @@ def search(job: SearchJob) -> SearchResult:
 
     placed = insert_best(cost, job.order, job.new, settings.max_simulations)
     best = improve(cost, placed, budget=settings.evals, window=settings.window, rng=rng)
-    return SearchResult(best, rng.getstate(), len(scores) + (reference is not None))
+    return SearchResult(best, rng.getstate(), len(scores) + (0 if reference is None else 1))
 
 
 def rule_placement(order: Order, new: Collection[int], rule_ranking: Ranking) -> Order:
