@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import emit, parse_seed_ranges, run_command
-from bench.heldout import SHAPE_MIXES, mix_workload
+from bench.heldout import SHAPE_MIXES, mix_workload, sct_figures
 from bench.heldout import summarize as summarize_against_sincronia
 from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
@@ -247,9 +247,9 @@ def tail_seed(
     out: dict[str, dict[str, Any]] = {}
     stage_sct = {}
     for name, policy in chosen.items():
-        stage_sct[name] = simulate(workload, policy, config).sct_s
-        sct = np.array(list(stage_sct[name].values()))
-        out[name] = {"avg_sct_s": float(sct.mean()), "p99_sct_s": float(np.percentile(sct, 99))}
+        result = simulate(workload, policy, config)
+        stage_sct[name] = result.sct_s
+        out[name] = dict(sct_figures(result))
     for name in policies:
         # The stages at or above the p99, and what the same stages took in the best order.
         out[name]["tail_stages"] = [
@@ -298,12 +298,20 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
                 [policies] * len(rows),
             )
         )
+    tails = summarize_against_sincronia(runs, [BEST, *policies])
+    sincronia_s = tails["sincronia_avg_sct_s"]
+    gain_s = sincronia_s - tails[BEST]["avg_sct_s"]
     return {
         "from": path,
         "instances": INSTANCES[kind],
         "queues": head.get("queues", "ideal"),
         "seeds": [int(row["seed"]) for row in rows],
-        "tails": summarize_against_sincronia(runs, [BEST, *policies]),
+        "tails": tails,
+        # Σ (Sincronia − policy) / Σ (Sincronia − best order), as the search's summary.
+        "share_of_gain": {
+            name: (sincronia_s - tails[name]["avg_sct_s"]) / gain_s if gain_s > 0 else math.nan
+            for name in policies
+        },
         "tail_stages": {name: tail_stage_summary(runs, name) for name in policies},
         "per_seed_tail_stages": [
             {name: run[name]["tail_stages"] for name in policies} for run in runs

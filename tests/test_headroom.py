@@ -236,6 +236,11 @@ def test_tails_from_sets_an_earlier_runs_best_orders_against_sincronia(
         if sct >= cut
     ]
     ratios = [sct / best for *_, sct, best in stages]
+    best_s, fair_s = np.mean(list(in_best.values())), np.mean(list(fair.values()))
+    sincronia_s = np.mean(list(simulate(workload, get_policy("sincronia"), config).sct_s.values()))
+    expected_share = (sincronia_s - fair_s) / (sincronia_s - best_s)
+    assert sincronia_s > best_s  # this order gains on Sincronia, so the share is defined
+    assert report["share_of_gain"]["fair"] == pytest.approx(expected_share)
     assert report["tail_stages"]["fair"]["max_over_best"] == pytest.approx(max(ratios))
     for name, policy in ((BEST, StaticOrderPolicy(tuple(order))), ("fair", get_policy("fair"))):
         sct = list(simulate(workload, policy, config).sct_s.values())
