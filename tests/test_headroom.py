@@ -199,6 +199,15 @@ def test_policy_specs_build_lookahead_variants_and_refuse_bad_knobs() -> None:
     assert (guarded.settings.guard_weight, guarded.settings.guard_slack) == (1, 0)
     with pytest.raises(UserError, match="guard_weight and guard_slack must be at least 0"):
         policy_from_spec("beamer-lookahead:guard_slack=-0.1")
+    run_tail = policy_from_spec("beamer-lookahead:run_tail_weight=2;run_tail_stages=3")
+    assert isinstance(run_tail, LookaheadPolicy)
+    assert (run_tail.settings.run_tail_weight, run_tail.settings.run_tail_stages) == (2, 3)
+    with pytest.raises(UserError, match="run_tail_stages must be a whole number"):
+        policy_from_spec("beamer-lookahead:run_tail_weight=1;run_tail_stages=2.5")
+    with pytest.raises(UserError, match="run_tail_stages must be from 1 to 1000"):
+        policy_from_spec("beamer-lookahead:run_tail_stages=0")
+    with pytest.raises(UserError, match="run_tail_weight must be at least 0"):
+        policy_from_spec("beamer-lookahead:run_tail_weight=-1")
 
 
 def test_headroom_search_maps_orders_and_policies_onto_the_classes_given() -> None:

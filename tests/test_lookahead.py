@@ -245,6 +245,61 @@ def test_a_tail_weight_serves_the_stage_that_has_waited_long() -> None:
     assert [g[0].experiment_id for g in tail.groups] == [0, 1]
 
 
+def test_the_run_tail_term_is_the_mean_of_the_runs_largest_sct() -> None:
+    ages = {StageKey(0, 1): 10.0}
+    residual = {StageKey(0, 1): 2.0, StageKey(1, 0): 5.0}
+    run_tail = SearchSettings(run_tail_weight=3.0, run_tail_stages=2)
+    # Nothing finished yet: the two largest are 12 (10 s old + 2 s) and 5.
+    assert run_tail.objective(residual, ages) == 7.0 + 3.0 * (12.0 + 5.0) / 2
+    # Two finished stages of 20 s and 15 s: they are the run's two largest.
+    assert run_tail.objective(residual, ages, None, (20.0, 15.0)) == 7.0 + 3.0 * 35.0 / 2
+    assert SearchSettings().objective(residual, ages, None, (20.0, 15.0)) == 7.0
+
+
+def old_and_short_snapshot(now_s: float) -> Snapshot:
+    """Experiment 0's stage was released 100 s before ``now_s`` and needs 3 s; experiment
+    1's needs 1 s (the workload of ``short_and_long``)."""
+    long_one, short_one = short_and_long().experiments
+    states = {
+        0: ExperimentState(long_one, 0, now_s - 100.0, {}),
+        1: ExperimentState(short_one, 0, now_s, {}),
+    }
+    coflows = tuple(
+        CoflowState(CoflowKey(e, 0, 0, 0), now_s, 10.0, 0.0, {0: 10.0, 3: 10.0}, 1) for e in (0, 1)
+    )
+    return Snapshot(now_s, 2, (8e9,) * 4, coflows, states)
+
+
+def test_the_run_tail_term_serves_an_old_stage_only_where_it_would_set_the_tail() -> None:
+    # Alone, the old stage would be the run's largest SCT: the term puts it first, where
+    # the plain sum puts the short one first.
+    assert [
+        g[0].experiment_id for g in LookaheadPolicy().rank(old_and_short_snapshot(0.0)).groups
+    ] == [1, 0]
+    fresh = LookaheadPolicy(run_tail_weight=5.0, run_tail_stages=1)
+    assert [g[0].experiment_id for g in fresh.rank(old_and_short_snapshot(0.0)).groups] == [0, 1]
+    # After a 250 s stage has finished, the old stage (about 104 s) cannot raise the run's
+    # largest SCT, so the term leaves the order to the sum.
+    seasoned = LookaheadPolicy(run_tail_weight=5.0, run_tail_stages=1)
+    veteran = Experiment(9, 0.0, (Stage(0, (one_flow_trial(0, 1, 10**9),)),))
+    running = Snapshot(0.0, 2, (8e9,) * 4, (), {9: ExperimentState(veteran, 0, -250.0, {})})
+    seasoned.rank(running)
+    ranking = seasoned.rank(old_and_short_snapshot(0.0))
+    assert seasoned.finished_sct_s == (250.0,)
+    assert [g[0].experiment_id for g in ranking.groups] == [1, 0]
+
+
+def test_the_policy_records_each_finished_stages_sct_as_the_simulator_measures_it() -> None:
+    workload = mix_workload("default", 3)
+    policy = LookaheadPolicy(run_tail_weight=1.0, run_tail_stages=1000)
+    result = simulate(workload, policy, SimConfig())
+    end_s = {key: result.stage_release_s[key] + sct for key, sct in result.sct_s.items()}
+    # Every stage but the run's last (no ranking follows it), to the last bit.
+    seen = sorted(sct for key, sct in result.sct_s.items() if end_s[key] < max(end_s.values()))
+    assert len(seen) > 50
+    assert sorted(policy.finished_sct_s) == seen
+
+
 def test_the_guard_adds_each_stages_excess_over_the_reference() -> None:
     ages = {StageKey(0, 1): 10.0}
     residual = {StageKey(0, 1): 2.0, StageKey(1, 0): 5.0}

@@ -20,7 +20,9 @@ compute phase, so it is approximate where an iteration is under way;
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -130,12 +132,15 @@ class SearchSettings:
     tail_weight: float = 0.0
     guard_weight: float = 0.0
     guard_slack: float = 0.05
+    run_tail_weight: float = 0.0
+    run_tail_stages: int = 2
 
     def objective(
         self,
         residual_sct_s: Mapping[StageKey, float],
         ages_s: Mapping[StageKey, float],
         reference_sct_s: Mapping[StageKey, float] | None = None,
+        finished_sct_s: Sequence[float] = (),
     ) -> float:
         """The residual run's cost: Σ SCT^p + w·max SCT over the stages it runs, each
         SCT counted from the stage's release (its age now plus its residual time), so
@@ -148,13 +153,23 @@ class SearchSettings:
         later than under Sincronia adds g times the excess: g·Σ max(0, SCT − (1+s)·ref),
         SCTs again counted from release. It was meant for the tail and does not serve
         it: the largest stages wait under Sincronia too, so it binds on small ones
-        (docs/results.md, "A guard against Sincronia"); it stays off by default."""
+        (docs/results.md, "A guard against Sincronia"); it stays off by default.
+
+        With a run-tail weight v, the cost adds v times the mean of the k
+        (``run_tail_stages``) largest SCTs of the whole run: the stages already
+        finished (``finished_sct_s``) and the residual ones, counted from release. A p99
+        over fewer than about a hundred stages is mostly the second largest SCT, and a
+        stage that stays below the k largest the run has already seen cannot raise it,
+        so the term costs the sum nothing where the tail is already set."""
+        sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
         if self.tail_power == 1.0 and self.tail_weight == 0.0:
             total = sum(residual_sct_s.values())  # the ages would add a constant
         else:
-            sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
             total = sum(x**self.tail_power for x in sct)
             total += self.tail_weight * max(sct, default=0.0)
+        if self.run_tail_weight > 0.0:
+            largest = heapq.nlargest(self.run_tail_stages, [*finished_sct_s, *sct])
+            total += self.run_tail_weight * sum(largest) / self.run_tail_stages
         if self.guard_weight > 0.0 and reference_sct_s is not None:
             bound = 1.0 + self.guard_slack
             total += self.guard_weight * sum(
@@ -177,6 +192,8 @@ class SearchJob:
     num_classes: int | None
     settings: SearchSettings
     rng_state: object
+    finished_sct_s: tuple[float, ...] = ()
+    """The largest SCTs of the stages finished so far (for the run-tail term)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +224,9 @@ def search(job: SearchJob) -> SearchResult:
     def cost(order: Order) -> float:
         if order not in scores:
             result = simulate(job.residual, StaticOrderPolicy(order), config)
-            scores[order] = settings.objective(result.sct_s, job.ages_s, reference)
+            scores[order] = settings.objective(
+                result.sct_s, job.ages_s, reference, job.finished_sct_s
+            )
         return scores[order]
 
     placed = insert_best(cost, job.order, job.new, settings.max_simulations)
@@ -261,13 +280,32 @@ class LookaheadPolicy(BasePolicy):
         tail_weight: float = 0.0,
         guard_weight: float = 0.0,
         guard_slack: float = 0.05,
+        run_tail_weight: float = 0.0,
+        run_tail_stages: int = 2,
     ) -> None:
+        weights = (tail_power, tail_weight, guard_weight, guard_slack, run_tail_weight)
+        if not all(math.isfinite(x) for x in weights):
+            raise ValueError("the objective's weights must be finite numbers")
         if not tail_power >= 1.0 or not tail_weight >= 0.0:
             raise ValueError("tail_power must be at least 1 and tail_weight at least 0")
         if not guard_weight >= 0.0 or not guard_slack >= 0.0:
             raise ValueError("guard_weight and guard_slack must be at least 0")
+        if not run_tail_weight >= 0.0:
+            raise ValueError("run_tail_weight must be at least 0")
+        if not isinstance(run_tail_stages, int) or isinstance(run_tail_stages, bool):
+            raise ValueError("run_tail_stages must be a whole number")
+        if not 1 <= run_tail_stages <= 1000:
+            raise ValueError("run_tail_stages must be from 1 to 1000")
         self.settings = SearchSettings(
-            evals, window, max_simulations, tail_power, tail_weight, guard_weight, guard_slack
+            evals,
+            window,
+            max_simulations,
+            tail_power,
+            tail_weight,
+            guard_weight,
+            guard_slack,
+            run_tail_weight,
+            run_tail_stages,
         )
         self.max_present = max_present
         self.rule: BasePolicy = chosen_beamer()
@@ -289,8 +327,14 @@ class LookaheadPolicy(BasePolicy):
         self._returned_lock = threading.Lock()
         self._notify: Callable[[], None] = lambda: None
         self.searches_failed = 0
+        self._running: dict[int, tuple[int, float]] = {}
+        """Per experiment, the running stage's id and release at the last ranking."""
+        self._finished_sct_s: list[float] = []
+        """The largest SCTs of the stages finished so far (a min-heap of at most k)."""
 
     def rank(self, snapshot: Snapshot) -> Ranking:
+        if self.settings.run_tail_weight > 0.0:
+            self._note_finished_stages(snapshot)
         present = set(snapshot.experiments) | {c.key.experiment_id for c in snapshot.coflows}
         if len(present) > self.max_present:
             self._present = set()
@@ -313,6 +357,32 @@ class LookaheadPolicy(BasePolicy):
         """A background search is under way or arrivals wait for one."""
         return self._searching is not None or bool(self._unsearched)
 
+    @property
+    def finished_sct_s(self) -> tuple[float, ...]:
+        """The largest SCTs of the stages seen to finish, largest first (run-tail term)."""
+        return tuple(sorted(self._finished_sct_s, reverse=True))
+
+    def _note_finished_stages(self, snapshot: Snapshot) -> None:
+        """Record the SCT of each stage that finished since the last ranking. A stage ends
+        where its successor is released, so that release is its end; an experiment that
+        has left ended by ``now_s`` (exact in the simulator, which ranks at every
+        stage's end; at most one ranking late in a controller)."""
+        running: dict[int, tuple[int, float]] = {}
+        for experiment_id, state in snapshot.experiments.items():
+            stage_id = state.experiment.stages[state.stage_index].stage_id
+            running[experiment_id] = (stage_id, state.stage_release_s)
+        for experiment_id, (stage_id, release_s) in self._running.items():
+            now = running.get(experiment_id)
+            if now == (stage_id, release_s):
+                continue
+            end_s = snapshot.now_s if now is None else now[1]
+            sct_s = max(0.0, end_s - release_s)
+            if len(self._finished_sct_s) < self.settings.run_tail_stages:
+                heapq.heappush(self._finished_sct_s, sct_s)
+            else:
+                heapq.heappushpop(self._finished_sct_s, sct_s)
+        self._running = running
+
     def _set_order(self, order: Order) -> None:
         if order != self._order:
             self._order = order
@@ -327,6 +397,7 @@ class LookaheadPolicy(BasePolicy):
             snapshot.num_classes,
             self.settings,
             self._rng.getstate(),
+            self.finished_sct_s,
         )
 
     def _took(self, result: SearchResult) -> Order:
