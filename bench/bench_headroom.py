@@ -49,12 +49,11 @@ import random
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from bench.common import emit, parse_seed_ranges, run_command
+from bench.common import emit, parse_seed_ranges, run_command, worker_pool
 from bench.heldout import SHAPE_MIXES, mix_workload, sct_figures
 from bench.heldout import summarize as summarize_against_sincronia
 from control.errors import UserError
@@ -287,7 +286,7 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
     modes = parse_queues(str(head.get("queues", "ideal")))
     if kind is None or len(modes) != 1:
         raise UserError(f"--tails-from {path}: its instances or queues are not known here")
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, 2))) as pool:
+    with worker_pool(workers) as pool:
         runs = list(
             pool.map(
                 tail_seed,
@@ -565,7 +564,7 @@ def run_main() -> None:
         emit(tails_from(args.tails_from, policies, args.workers))
         return
     if args.screen:
-        with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+        with worker_pool(args.workers) as pool:
             runs = list(
                 pool.map(
                     screen_seed,
@@ -588,7 +587,7 @@ def run_main() -> None:
     if args.start_from:
         for row in headroom_rows("--start-from", args.start_from, "best_order"):
             earlier.setdefault(int(row["seed"]), []).append(tuple(row["best_order"]))
-    with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+    with worker_pool(args.workers) as pool:
         futures = [
             pool.submit(
                 one_seed,

@@ -31,12 +31,11 @@ import statistics
 import sys
 from bisect import bisect_right
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from bench.bench_headroom import INSTANCES, avg_sct, headroom_rows, instance
-from bench.common import emit, parse_seed_ranges, run_command
+from bench.common import emit, parse_seed_ranges, run_command, worker_pool
 from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy, Ranking, Snapshot
@@ -246,7 +245,7 @@ def run_main() -> None:
     if len(modes) != 1:
         raise UserError("--queues: one mode only (ideal or K classes)")
     hindsight = read_hindsight(args.hindsight)
-    with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+    with worker_pool(args.workers) as pool:
         futures = [
             pool.submit(one_seed, s, policies, args.evals, args.window, modes[0], args.instance)
             for s in seeds

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 
@@ -64,3 +66,14 @@ def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
+
+
+def pool_size(workers: int) -> int:
+    """Worker processes for ``--workers``: at least one, at most the machine's cores
+    (more would only make the runs' wall times, which the tables report, longer)."""
+    return max(1, min(workers, os.cpu_count() or 1))
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """The process pool of a bench that spreads seeds over ``--workers`` processes."""
+    return ProcessPoolExecutor(max_workers=pool_size(workers))

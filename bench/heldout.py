@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from bench.common import emit, parse_seed_ranges, run_command
+from bench.common import emit, parse_seed_ranges, run_command, worker_pool
 from control.errors import UserError
 from control.model import Workload
 from control.policies.spec import policy_from_spec
@@ -109,7 +108,7 @@ def run_main() -> None:
     parser.add_argument("--seeds", default="11-30", help="e.g. 11-30 (held out) or 1-10 (tuning)")
     parser.add_argument("--policies", default="beamer,beamer-v1", help="comma-separated")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
-    parser.add_argument("--workers", type=int, default=2, help="at most 2")
+    parser.add_argument("--workers", type=int, default=2, help="processes (at most the cores)")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     seeds = parse_seed_ranges(args.seeds)
@@ -121,7 +120,7 @@ def run_main() -> None:
     if unknown:
         raise UserError(f"unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
     jobs = [(s, seed) for s in chosen for seed in seeds]
-    with ProcessPoolExecutor(max_workers=max(1, min(args.workers, 2))) as pool:
+    with worker_pool(args.workers) as pool:
         futures = [pool.submit(one_run, s, seed, policies) for s, seed in jobs]
         runs = [f.result() for f in futures]
     report: dict[str, Any] = {"seeds": seeds, "policies": policies, "settings": {}, "runs": []}
