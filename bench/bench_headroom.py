@@ -197,13 +197,14 @@ def reversed_pairs(
     return counts
 
 
-def headroom_rows(option: str, path: str, *fields: str) -> list[dict[str, Any]]:
-    """The per-seed rows of an earlier run's JSON, each with a ``seed`` and ``fields`` (what
-    ``--start-from``, ``--moves-from`` and bench_rollout's ``--hindsight`` read); anything
-    else is one line naming the option, the file and what is wrong."""
+def headroom_file(option: str, path: str, *fields: str) -> dict[str, Any]:
+    """An earlier run's JSON whose per-seed rows each have a ``seed`` and ``fields`` (what
+    ``--start-from``, ``--moves-from``, ``--tails-from`` and bench_rollout's ``--hindsight``
+    read); anything else is one line naming the option, the file and what is wrong."""
     try:
         with open(path) as handle:
-            rows = json.load(handle)["seeds"]
+            head = json.load(handle)
+        rows = head["seeds"]
         seeds = [int(row["seed"]) for row in rows]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"{option} {path}: not a bench_headroom JSON ({error})") from None
@@ -211,7 +212,12 @@ def headroom_rows(option: str, path: str, *fields: str) -> list[dict[str, Any]]:
         for name in fields:
             if name not in row:
                 raise UserError(f"{option} {path}: seed {seed} has no {name}")
-    return list(rows)
+    return dict(head)
+
+
+def headroom_rows(option: str, path: str, *fields: str) -> list[dict[str, Any]]:
+    """The per-seed rows of :func:`headroom_file`."""
+    return list(headroom_file(option, path, *fields)["seeds"])
 
 
 def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
@@ -278,9 +284,8 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
     that lower the mean most keep the tail within the goal, and, for each policy's stages
     at or above its p99 (``[experiment, stage, SCT, SCT in the best order]``), whether
     the policy made them wait longer than the best order does."""
-    rows = headroom_rows("--tails-from", path, "best_order")
-    with open(path) as handle:
-        head = json.load(handle)
+    head = headroom_file("--tails-from", path, "best_order")
+    rows = head["seeds"]
     kinds = {text: kind for kind, text in INSTANCES.items()}
     kind = kinds.get(head.get("instances", INSTANCES["small"]))
     modes = parse_queues(str(head.get("queues", "ideal")))
