@@ -287,6 +287,9 @@ def test_the_run_tail_term_serves_an_old_stage_only_where_it_would_set_the_tail(
     ranking = seasoned.rank(old_and_short_snapshot(0.0))
     assert seasoned.finished_sct_s == (250.0,)
     assert [g[0].experiment_id for g in ranking.groups] == [1, 0]
+    # A search handed to the controller's worker process carries the same history.
+    job = seasoned._job(old_and_short_snapshot(1.0), (0, 1), ())
+    assert job.finished_sct_s == (250.0,)
 
 
 def test_the_policy_records_each_finished_stages_sct_as_the_simulator_measures_it() -> None:
