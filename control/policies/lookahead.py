@@ -161,21 +161,29 @@ class SearchSettings:
         over fewer than about a hundred stages is mostly the second largest SCT, and a
         stage that stays below the k largest the run has already seen cannot raise it,
         so the term costs the sum nothing where the tail is already set."""
-        sct = [ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()]
-        if self.tail_power == 1.0 and self.tail_weight == 0.0:
+        plain = self.tail_power == 1.0 and self.tail_weight == 0.0
+        reference = reference_sct_s if self.guard_weight > 0.0 else None
+        # Each stage's SCT from its release, only where a term needs it (the default
+        # search scores hundreds of orders per arrival).
+        from_release = not plain or reference is not None or self.run_tail_weight > 0.0
+        sct = (
+            {key: ages_s.get(key, 0.0) + left for key, left in residual_sct_s.items()}
+            if from_release
+            else {}
+        )
+        if plain:
             total = sum(residual_sct_s.values())  # the ages would add a constant
         else:
-            total = sum(x**self.tail_power for x in sct)
-            total += self.tail_weight * max(sct, default=0.0)
+            total = sum(x**self.tail_power for x in sct.values())
+            total += self.tail_weight * max(sct.values(), default=0.0)
         if self.run_tail_weight > 0.0:
-            largest = heapq.nlargest(self.run_tail_stages, [*finished_sct_s, *sct])
+            largest = heapq.nlargest(self.run_tail_stages, [*finished_sct_s, *sct.values()])
             total += self.run_tail_weight * sum(largest) / self.run_tail_stages
-        if self.guard_weight > 0.0 and reference_sct_s is not None:
+        if reference is not None:
             bound = 1.0 + self.guard_slack
             total += self.guard_weight * sum(
-                max(0.0, age + left - bound * (age + reference_sct_s[key]))
-                for key, left in residual_sct_s.items()
-                for age in (ages_s.get(key, 0.0),)
+                max(0.0, sct[key] - bound * (ages_s.get(key, 0.0) + reference[key]))
+                for key in residual_sct_s
             )
         return total
 
@@ -297,15 +305,15 @@ class LookaheadPolicy(BasePolicy):
         if not 1 <= run_tail_stages <= 1000:
             raise ValueError("run_tail_stages must be from 1 to 1000")
         self.settings = SearchSettings(
-            evals,
-            window,
-            max_simulations,
-            tail_power,
-            tail_weight,
-            guard_weight,
-            guard_slack,
-            run_tail_weight,
-            run_tail_stages,
+            evals=evals,
+            window=window,
+            max_simulations=max_simulations,
+            tail_power=tail_power,
+            tail_weight=tail_weight,
+            guard_weight=guard_weight,
+            guard_slack=guard_slack,
+            run_tail_weight=run_tail_weight,
+            run_tail_stages=run_tail_stages,
         )
         self.max_present = max_present
         self.rule: BasePolicy = chosen_beamer()
