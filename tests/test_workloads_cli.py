@@ -33,6 +33,13 @@ def test_format_is_detected_by_content_not_name(tmp_path: Path) -> None:
     assert len(load_workload(str(trace_named_json)).experiments) == 3
 
 
+def test_json_array_is_refused_as_json_not_as_a_trace(tmp_path: Path) -> None:
+    listed = tmp_path / "workload.json"
+    listed.write_text("  [1, 2, 3]\n")
+    with pytest.raises(UserError, match=r"workload.json:1: \$: expected an object, got an array"):
+        load_workload(str(listed))
+
+
 def test_load_rescales_trace_arrivals() -> None:
     trace = str(DATA / "tiny_trace.txt")
     original = load_workload(trace)

@@ -55,6 +55,8 @@ def read_file(path: Path) -> Workload:
         raise UserError(f"{path}: is a directory, not a workload file") from None
     except OSError as error:
         raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
-    if head.lstrip().startswith(b"{"):
+    # A trace's header is two numbers, so any JSON value is read as JSON (and a
+    # top-level array is refused as such, not as a trace with a bad header).
+    if head.lstrip()[:1] in (b"{", b"["):
         return json_format.read(path)
     return coflow_benchmark.read(path)
