@@ -398,21 +398,43 @@ def _madd(
     """MADD as :func:`sim.allocate.madd`: ``members`` lists one entry index per *flow*
     (an entry of ``mult`` flows appears ``mult`` times), in the reference's flow order,
     and ``remaining`` is per flow, so that each port's demand is the same sum in the
-    same order as the per-flow model's."""
+    same order as the per-flow model's.
+
+    A coflow with a flow still to send at a saturated port gets nothing, so it is
+    found by one scan that stops at the first such flow, before any demand is
+    summed; where most coflows wait behind the first few (a trace under
+    contention), that scan is most of the work. Once every port is saturated, no
+    later coflow gets anything and the loop stops."""
     demand = np.zeros(len(residual))
+    open_count = 0
+    for p in range(len(residual)):
+        if residual[p] > saturated_below[p]:
+            open_count += 1
     for row in coflow_order:
+        if open_count == 0:
+            break
         lo = starts[row]
         hi = starts[row + 1]
         if lo == hi:
             continue
         wanted = False
+        waits = False
         for j in range(lo, hi):
             i = members[j]
             if remaining[i] > 0.0:
                 wanted = True
+                s = src[i]
+                d = dst[i]
+                if residual[s] <= saturated_below[s] or residual[d] <= saturated_below[d]:
+                    waits = True
+                    break
+        if waits or not wanted:
+            continue
+        for j in range(lo, hi):
+            i = members[j]
             demand[src[i]] += remaining[i]
             demand[dst[i]] += remaining[i]
-        blocked = not wanted
+        blocked = False
         alpha = np.inf
         for j in range(lo, hi):
             i = members[j]
@@ -429,8 +451,11 @@ def _madd(
                 i = members[j]
                 for p in (src[i], dst[i]):
                     if demand[p] > 0.0:
+                        was_open = residual[p] > saturated_below[p]
                         residual[p] = max(residual[p] - alpha * demand[p], 0.0)
                         demand[p] = 0.0
+                        if was_open and residual[p] <= saturated_below[p]:
+                            open_count -= 1
         for j in range(lo, hi):
             i = members[j]
             demand[src[i]] = 0.0
@@ -454,7 +479,10 @@ def madd(
     if len(src) == 0:
         return np.zeros(0)
     flows = np.repeat(np.arange(len(src), dtype=np.int64), mult.astype(np.int64))
-    members, starts = coflow_members(flow_coflow[flows], int(flow_coflow.max()) + 1)
+    # A row of ``coflow_order`` with no flows gets an empty slice (as in the reference),
+    # never a read past the end.
+    rows = int(max(flow_coflow.max(), coflow_order.max(initial=0))) + 1
+    members, starts = coflow_members(flow_coflow[flows], rows)
     order, class_starts = class_order(flow_class)
     mult = mult.astype(float)
     return madd_ordered(

@@ -103,6 +103,31 @@ def test_an_entry_of_identical_flows_gets_each_flow_its_per_flow_rate(seed: int)
     np.testing.assert_array_equal(got[copies], expected)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("hosts", "count", "coflows"), [(5, 120, 40), (4, 60, 60)])
+def test_madd_under_contention_equals_the_reference(
+    seed: int, hosts: int, count: int, coflows: int
+) -> None:
+    """Many coflows on few ports: most wait at a saturated port and every port fills
+    before the last coflows, the cases the kernel skips without summing demand."""
+    rng = np.random.default_rng(90 + seed)
+    src, dst, capacity = random_flows(rng, hosts, count)
+    mult = rng.integers(1, 3, count)
+    copies = np.repeat(np.arange(count), mult)
+    remaining = rng.uniform(1.0, 10.0, count)
+    coflow = rng.integers(0, coflows, count)
+    order = rng.permutation(coflows)
+    flows = (src[copies], dst[copies], remaining[copies], coflow[copies])
+    expected = allocate.madd(*flows, order, np.zeros(len(copies), dtype=np.int64), capacity)
+    got = kernels.madd(
+        src, dst, mult.astype(float), remaining, coflow, order, np.zeros(count), capacity
+    )
+    np.testing.assert_array_equal(got[copies], expected)
+    # Some coflows got nothing from MADD or the backfill: they waited.
+    waited = [c for c in range(coflows) if (coflow == c).any() and not got[coflow == c].any()]
+    assert waited
+
+
 def shuffle(
     experiment_id: int, arrival_s: float, mappers: tuple[int, ...], reducers: dict[int, int]
 ) -> Experiment:
