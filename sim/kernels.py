@@ -434,28 +434,25 @@ def _madd(
             i = members[j]
             demand[src[i]] += remaining[i]
             demand[dst[i]] += remaining[i]
-        blocked = False
+        # Every port with demand is open here: each has a flow with bytes left,
+        # and the scan above found all of those at open ports.
         alpha = np.inf
         for j in range(lo, hi):
             i = members[j]
             for p in (src[i], dst[i]):
                 if demand[p] > 0.0:
-                    if residual[p] <= saturated_below[p]:
-                        blocked = True
                     alpha = min(alpha, residual[p] / demand[p])
-        if not blocked:
-            for j in range(lo, hi):
-                i = members[j]
-                rates[i] = alpha * remaining[i]
-            for j in range(lo, hi):
-                i = members[j]
-                for p in (src[i], dst[i]):
-                    if demand[p] > 0.0:
-                        was_open = residual[p] > saturated_below[p]
-                        residual[p] = max(residual[p] - alpha * demand[p], 0.0)
-                        demand[p] = 0.0
-                        if was_open and residual[p] <= saturated_below[p]:
-                            open_count -= 1
+        for j in range(lo, hi):
+            i = members[j]
+            rates[i] = alpha * remaining[i]
+        for j in range(lo, hi):
+            i = members[j]
+            for p in (src[i], dst[i]):
+                if demand[p] > 0.0:
+                    residual[p] = max(residual[p] - alpha * demand[p], 0.0)
+                    demand[p] = 0.0
+                    if residual[p] <= saturated_below[p]:
+                        open_count -= 1
         for j in range(lo, hi):
             i = members[j]
             demand[src[i]] = 0.0
