@@ -19,7 +19,10 @@ search the same states and must end with the same order (``same_final_order``).
 Nothing finishes while the experiments pile up, so later arrivals search among more
 experiments than a running system holds: an upper bound on the search's cost.
 
-    python -m bench.bench_arrivals [--quick] [--arrivals 16]
+    python -m bench.bench_arrivals [--quick] [--arrivals 16] [--policy beamer-lookahead-p99]
+
+``--policy`` names the lookahead searched (any ``beamer-lookahead`` variant); a larger
+search budget delays the searched order, not the reply.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from control.events import EventClient, EventServer
 from control.model import Experiment
 from control.policies.base import Allocator, Ranking, Snapshot
 from control.policies.lookahead import LookaheadPolicy
+from control.policies.spec import policy_from_spec
 
 SETTLE_TIMEOUT_S = 600.0
 """A background search that has not returned by then fails the bench."""
@@ -47,12 +51,12 @@ SETTLE_TIMEOUT_S = 600.0
 class InPlace:
     """The lookahead without its background mode: the controller waits for each search."""
 
-    name: ClassVar[str] = "beamer-lookahead"
     clairvoyant: ClassVar[bool] = True
     allocator: ClassVar[Allocator] = "priority"
 
     def __init__(self, policy: LookaheadPolicy) -> None:
         self.policy = policy
+        self.name = policy.name
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         return self.policy.rank(snapshot)
@@ -78,9 +82,10 @@ def arrive(client: EventClient, experiment: Experiment) -> float:
     return slowest
 
 
-def run(mode: str, experiments: list[Experiment], hosts: int) -> dict[str, Any]:
-    """One controller run in ``mode`` (``beamer``, ``background`` or ``in-place``)."""
-    policy, assign = load_policy("beamer" if mode == "beamer" else "beamer-lookahead", 8)
+def run(mode: str, lookahead: str, experiments: list[Experiment], hosts: int) -> dict[str, Any]:
+    """One controller run in ``mode`` (``beamer``, ``background`` or ``in-place``), the
+    last two with the policy named ``lookahead``."""
+    policy, assign = load_policy("beamer" if mode == "beamer" else lookahead, 8)
     driven: Any = InPlace(policy) if mode == "in-place" else policy  # type: ignore[arg-type]
     replies, settles = [], []
     with switch_process() as address:
@@ -125,20 +130,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the first 4 arrivals only")
     parser.add_argument("--arrivals", type=int, default=16, help="experiments released")
+    parser.add_argument(
+        "--policy", default="beamer-lookahead", help="the lookahead (default beamer-lookahead)"
+    )
     args = parser.parse_args()
     workload = mix_workload("default", 1)
     arrivals = 4 if args.quick else args.arrivals
     if not 1 <= arrivals <= len(workload.experiments):
         raise UserError(f"--arrivals: {arrivals} is not between 1 and {len(workload.experiments)}")
+    if not isinstance(policy_from_spec(args.policy), LookaheadPolicy):
+        raise UserError(f"--policy: {args.policy!r} is not a beamer-lookahead variant")
     experiments = sorted(workload.experiments, key=lambda e: (e.arrival_s, e.experiment_id))
     chosen = experiments[:arrivals]
-    runs = {
-        mode: run(mode, chosen, workload.num_hosts) for mode in ("beamer", "background", "in-place")
-    }
+    modes = ("beamer", "background", "in-place")
+    runs = {mode: run(mode, args.policy, chosen, workload.num_hosts) for mode in modes}
     beamer = statistics.median(runs["beamer"]["replies_s"])
     emit(
         {
-            "benchmark": "arrival reaction, beamer-lookahead in the controller",
+            "benchmark": "arrival reaction, a lookahead in the controller",
+            "policy": args.policy,
             "workload": "default HP-tuning mix, seed 1",
             "arrivals": arrivals,
             "reference_beamer_reply": summary(runs["beamer"]["replies_s"]),

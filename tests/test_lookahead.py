@@ -31,6 +31,7 @@ from control.policies.lookahead import (
     residual_workload,
     rule_placement,
 )
+from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
 from sim.engine import SimConfig, simulate
 
@@ -126,6 +127,17 @@ def test_lookahead_ranks_by_its_order_between_arrivals() -> None:
 
 def test_lookahead_is_a_registered_policy() -> None:
     assert isinstance(get_policy("beamer-lookahead"), LookaheadPolicy)
+
+
+def test_the_p99_name_is_the_held_out_spec() -> None:
+    named = get_policy("beamer-lookahead-p99")
+    spec = policy_from_spec("beamer-lookahead:evals=20;run_tail_weight=2;run_tail_stages=3")
+    assert isinstance(named, LookaheadPolicy) and isinstance(spec, LookaheadPolicy)
+    assert named.name == "beamer-lookahead-p99"
+    assert named.settings == spec.settings != LookaheadPolicy().settings
+    workload = instance(2)
+    named_sct = simulate(workload, named, SimConfig(num_classes=8)).sct_s
+    assert named_sct == simulate(workload, spec, SimConfig(num_classes=8)).sct_s
 
 
 def test_epoch_orders_switch_at_their_start() -> None:
@@ -435,12 +447,14 @@ def test_closing_ends_a_worker_in_the_middle_of_a_search() -> None:
     assert not worker._process.is_alive() and len(returned.outcomes) == 1
 
 
+@pytest.mark.parametrize("policy", ["beamer-lookahead", "beamer-lookahead-p99"])
 def test_quick_arrival_bench_ends_with_the_same_order_in_the_background_and_in_place(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], policy: str
 ) -> None:
-    monkeypatch.setattr("sys.argv", ["bench_arrivals", "--quick"])
+    monkeypatch.setattr("sys.argv", ["bench_arrivals", "--quick", "--policy", policy])
     bench_arrivals.main()
     report = json.loads(capsys.readouterr().out)
+    assert report["policy"] == policy
     assert report["arrivals"] == 4 and report["same_final_order"] is True
     for part in ("reference_beamer_reply", "background_reply", "in_place_reply"):
         assert 0 < report[part]["p50_ms"] <= report[part]["max_ms"]
@@ -455,6 +469,24 @@ def test_bad_arrival_count_is_one_line_and_exit_2(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "--arrivals: 0 is not between 1 and" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("fair", "--policy: 'fair' is not a beamer-lookahead variant"),
+        ("beamer-lookahead:evals=nan", "evals=nan is not a finite number"),
+    ],
+)
+def test_an_arrival_bench_policy_that_is_no_lookahead_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], policy: str, message: str
+) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_arrivals", "--quick", "--policy", policy])
+    with pytest.raises(SystemExit) as exited:
+        run_command(bench_arrivals.main)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_a_killed_search_process_is_replaced_at_the_next_arrival() -> None:

@@ -20,7 +20,9 @@ from workloads import coflow_benchmark
 GBIT = 1e9
 FAST = SimConfig(flow_model="fast")
 PER_FLOW = SimConfig(flow_model="per-flow")
-ALL_POLICIES = tuple(POLICIES)
+# beamer-lookahead-p99 is beamer-lookahead's code with other settings (test_sim_exact runs
+# both); here a lookahead costs tens of seconds a test.
+ALL_POLICIES = tuple(name for name in POLICIES if name != "beamer-lookahead-p99")
 
 
 def test_even_splits_take_their_mean_and_identical_flows_share_an_entry() -> None:

@@ -26,7 +26,7 @@ from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
-from control.policies.lookahead import LookaheadPolicy
+from control.policies.lookahead import LookaheadP99Policy, LookaheadPolicy
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.varys import VarysPolicy
 
@@ -38,6 +38,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer-guard": BeamerGuardPolicy,
     "beamer-duty": BeamerDutyPolicy,
     "beamer-lookahead": LookaheadPolicy,
+    "beamer-lookahead-p99": LookaheadP99Policy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,
