@@ -18,6 +18,7 @@ from bench.bench_headroom import instance
 from bench.bench_rollout import EpochOrderPolicy, main, online_order
 from bench.common import run_command
 from bench.heldout import mix_workload
+from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
 from control.policies import get_policy
 from control.policies.background import BackgroundSearch
@@ -30,7 +31,9 @@ from control.policies.lookahead import (
     insert_best,
     residual_workload,
     rule_placement,
+    search,
 )
+from control.policies.sincronia import SincroniaPolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
 from sim.engine import SimConfig, simulate
@@ -350,6 +353,48 @@ def test_the_guard_keeps_a_stage_within_what_sincronia_gives_it() -> None:
     assert guarded.simulations == plain.simulations + 1  # the reference run
 
 
+def released_at_once(seed: int) -> Workload:
+    """A small instance with every experiment released at 0: one search decides the run."""
+    workload = instance(seed)
+    return replace(
+        workload, experiments=tuple(replace(e, arrival_s=0.0) for e in workload.experiments)
+    )
+
+
+@pytest.mark.parametrize(("num_classes", "follows"), [(None, True), (4, False)])
+def test_the_search_follows_sincronia_only_where_it_scores_lower(
+    num_classes: int | None, follows: bool
+) -> None:
+    workload = released_at_once(1)
+    ids = tuple(e.experiment_id for e in workload.experiments)
+    config = SimConfig(num_classes=num_classes)
+
+    def job(settings: SearchSettings) -> SearchJob:
+        return SearchJob(workload, {}, (), ids, num_classes, settings, random.Random(0).getstate())
+
+    rivalled = search(job(SearchSettings(sincronia_rival=True)))
+    plain = search(job(SearchSettings()))
+    assert rivalled.order == plain.order and not plain.follow_sincronia
+    assert rivalled.simulations == plain.simulations + 1
+    sincronia_s = sum(simulate(workload, SincroniaPolicy(), config).sct_s.values())
+    order_s = sum(simulate(workload, StaticOrderPolicy(plain.order), config).sct_s.values())
+    assert rivalled.follow_sincronia is follows is (sincronia_s < order_s)
+
+
+def test_a_lookahead_that_follows_sincronia_ranks_as_sincronia() -> None:
+    workload = released_at_once(1)
+    policy = LookaheadPolicy(sincronia_rival=True)
+    result = simulate(workload, policy, SimConfig())
+    assert policy.following_sincronia
+    assert result.sct_s == simulate(workload, SincroniaPolicy(), SimConfig()).sct_s
+    assert result.sct_s != simulate(workload, LookaheadPolicy(), SimConfig()).sct_s
+
+
+def test_the_sincronia_rival_must_be_true_or_false() -> None:
+    with pytest.raises(UserError, match="sincronia_rival must be true or false"):
+        policy_from_spec("beamer-lookahead:sincronia_rival=1")
+
+
 def test_rule_placement_puts_arrivals_where_the_rule_ranks_them() -> None:
     rule = Ranking(tuple((CoflowKey(e, 0, 0, 0),) for e in (4, 2, 7, 1)))
     assert rule_placement((1, 2, 3), {4, 7}, rule) == (4, 7, 1, 2, 3)
@@ -388,6 +433,37 @@ def test_a_background_search_is_ranked_once_it_returns() -> None:
     finally:
         policy.close()
     assert not process.is_alive()
+
+
+class FirstSnapshot(SincroniaPolicy):
+    """Sincronia that keeps the first snapshot it is handed."""
+
+    def __init__(self) -> None:
+        self.first: Snapshot | None = None
+
+    def rank(self, snapshot: Snapshot) -> Ranking:
+        if self.first is None:
+            self.first = snapshot
+        return super().rank(snapshot)
+
+
+def test_a_background_search_that_prefers_sincronia_hands_the_ranking_to_it() -> None:
+    recorder = FirstSnapshot()
+    simulate(released_at_once(1), recorder, SimConfig())
+    snap = recorder.first
+    assert snap is not None and len(snap.experiments) == 3
+    returned = threading.Event()
+    policy = LookaheadPolicy(sincronia_rival=True)
+    policy.search_in_background(returned.set)
+    try:
+        before = policy.rank(snap)
+        assert not policy.following_sincronia
+        assert before.groups[0][0].experiment_id == policy.order[0]  # the rule's placement
+        assert returned.wait(60)
+        after = policy.rank(snap)
+        assert policy.following_sincronia and after == SincroniaPolicy().rank(snap) != before
+    finally:
+        policy.close()
 
 
 class Outcomes:

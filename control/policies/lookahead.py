@@ -12,6 +12,11 @@ experiment at each position of the previous order, then moves of at most
 The order holds until the next arrival, as a static order does; between arrivals
 a ranking costs what :class:`~control.policies.static_order.StaticOrderPolicy`'s does.
 
+With ``sincronia_rival`` the search also scores Sincronia's per-coflow ranking on the
+same residual run, and where that scores lower than the best order found the policy
+ranks as Sincronia until the next arrival. An experiment order keeps each
+experiment's coflows together; where interleaving them pays, no order can.
+
 It knows what Beamer knows (each experiment's stage plan) and nothing of the
 experiments to come. The residual model starts an unfinished iteration from its
 compute phase, so it is approximate where an iteration is under way;
@@ -33,6 +38,7 @@ from control.model import Experiment, StageKey, Workload
 from control.policies.background import BackgroundSearch
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.beamer import chosen_beamer
+from control.policies.sincronia import SincroniaPolicy
 from control.policies.static_order import StaticOrderPolicy, neighbours
 
 Order = tuple[int, ...]
@@ -134,6 +140,7 @@ class SearchSettings:
     guard_slack: float = 0.05
     run_tail_weight: float = 0.0
     run_tail_stages: int = 2
+    sincronia_rival: bool = False
 
     def objective(
         self,
@@ -209,6 +216,9 @@ class SearchResult:
     order: Order
     rng_state: object
     simulations: int
+    follow_sincronia: bool = False
+    """Sincronia's per-coflow ranking scored lower than ``order`` on the residual run
+    (``sincronia_rival``): rank by it until the next search."""
 
 
 def search(job: SearchJob) -> SearchResult:
@@ -224,9 +234,7 @@ def search(job: SearchJob) -> SearchResult:
     config = SimConfig(num_classes=job.num_classes)
     scores: dict[Order, float] = {}
     reference: Mapping[StageKey, float] | None = None
-    if settings.guard_weight > 0.0:
-        from control.policies.sincronia import SincroniaPolicy
-
+    if settings.guard_weight > 0.0 or settings.sincronia_rival:
         reference = simulate(job.residual, SincroniaPolicy(), config).sct_s
 
     def cost(order: Order) -> float:
@@ -239,7 +247,12 @@ def search(job: SearchJob) -> SearchResult:
 
     placed = insert_best(cost, job.order, job.new, settings.max_simulations)
     best = improve(cost, placed, budget=settings.evals, window=settings.window, rng=rng)
-    return SearchResult(best, rng.getstate(), len(scores) + (0 if reference is None else 1))
+    follow = False
+    if settings.sincronia_rival and reference is not None:
+        sincronia_cost = settings.objective(reference, job.ages_s, reference, job.finished_sct_s)
+        follow = sincronia_cost < cost(best) - 1e-12
+    simulations = len(scores) + (0 if reference is None else 1)
+    return SearchResult(best, rng.getstate(), simulations, follow)
 
 
 def rule_placement(order: Order, new: Collection[int], rule_ranking: Ranking) -> Order:
@@ -290,6 +303,7 @@ class LookaheadPolicy(BasePolicy):
         guard_slack: float = 0.05,
         run_tail_weight: float = 0.0,
         run_tail_stages: int = 2,
+        sincronia_rival: bool = False,
     ) -> None:
         weights = (tail_power, tail_weight, guard_weight, guard_slack, run_tail_weight)
         if not all(math.isfinite(x) for x in weights):
@@ -304,6 +318,8 @@ class LookaheadPolicy(BasePolicy):
             raise ValueError("run_tail_stages must be a whole number")
         if not 1 <= run_tail_stages <= 1000:
             raise ValueError("run_tail_stages must be from 1 to 1000")
+        if not isinstance(sincronia_rival, bool):
+            raise ValueError("sincronia_rival must be true or false")
         self.settings = SearchSettings(
             evals=evals,
             window=window,
@@ -314,6 +330,7 @@ class LookaheadPolicy(BasePolicy):
             guard_slack=guard_slack,
             run_tail_weight=run_tail_weight,
             run_tail_stages=run_tail_stages,
+            sincronia_rival=sincronia_rival,
         )
         self.max_present = max_present
         self.rule: BasePolicy = chosen_beamer()
@@ -322,6 +339,10 @@ class LookaheadPolicy(BasePolicy):
         self._order: Order = ()
         self._ranker = StaticOrderPolicy(())
         """Ranks by ``_order``; rebuilt only when the order changes, not at every event."""
+        self._sincronia = SincroniaPolicy()
+        self.following_sincronia = False
+        """The last search found Sincronia's ranking better than every order it tried
+        (``sincronia_rival``), so the policy ranks as Sincronia until the next one."""
         self._present: set[int] = set()
         """Experiments of the last ranking: one absent then is new now (a reused id too)."""
         self.simulations = 0
@@ -353,7 +374,10 @@ class LookaheadPolicy(BasePolicy):
             return self._rank_in_background(snapshot, present, new)
         if new:
             self._set_order(self._search_now(snapshot, present, new))
-        return self._ranker.rank(snapshot)
+        return self._current_ranker().rank(snapshot)
+
+    def _current_ranker(self) -> BasePolicy:
+        return self._sincronia if self.following_sincronia else self._ranker
 
     @property
     def order(self) -> Order:
@@ -411,6 +435,7 @@ class LookaheadPolicy(BasePolicy):
     def _took(self, result: SearchResult) -> Order:
         self._rng.setstate(result.rng_state)  # type: ignore[arg-type]
         self.simulations += result.simulations
+        self.following_sincronia = result.follow_sincronia
         return result.order
 
     def _search_now(
@@ -481,7 +506,7 @@ class LookaheadPolicy(BasePolicy):
             self._unsearched = set()
             self._submit(job)
         self._set_order(order)
-        return self._ranker.rank(snapshot)
+        return self._current_ranker().rank(snapshot)
 
 
 class LookaheadP99Policy(LookaheadPolicy):
