@@ -132,15 +132,25 @@ def test_lookahead_is_a_registered_policy() -> None:
     assert isinstance(get_policy("beamer-lookahead"), LookaheadPolicy)
 
 
-def test_the_p99_name_is_the_held_out_spec() -> None:
-    named = get_policy("beamer-lookahead-p99")
-    spec = policy_from_spec("beamer-lookahead:evals=20;run_tail_weight=2;run_tail_stages=3")
-    assert isinstance(named, LookaheadPolicy) and isinstance(spec, LookaheadPolicy)
-    assert named.name == "beamer-lookahead-p99"
-    assert named.settings == spec.settings != LookaheadPolicy().settings
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("beamer-lookahead-p99", "evals=20;run_tail_weight=2;run_tail_stages=3"),
+        (
+            "beamer-lookahead-rival",
+            "evals=20;run_tail_weight=2;run_tail_stages=3;sincronia_rival=true",
+        ),
+    ],
+)
+def test_the_registered_searches_are_their_held_out_specs(name: str, spec: str) -> None:
+    named = get_policy(name)
+    spelled = policy_from_spec(f"beamer-lookahead:{spec}")
+    assert isinstance(named, LookaheadPolicy) and isinstance(spelled, LookaheadPolicy)
+    assert named.name == name
+    assert named.settings == spelled.settings != LookaheadPolicy().settings
     workload = instance(2)
     named_sct = simulate(workload, named, SimConfig(num_classes=8)).sct_s
-    assert named_sct == simulate(workload, spec, SimConfig(num_classes=8)).sct_s
+    assert named_sct == simulate(workload, spelled, SimConfig(num_classes=8)).sct_s
 
 
 def test_epoch_orders_switch_at_their_start() -> None:

@@ -20,9 +20,9 @@ from workloads import coflow_benchmark
 GBIT = 1e9
 FAST = SimConfig(flow_model="fast")
 PER_FLOW = SimConfig(flow_model="per-flow")
-# beamer-lookahead-p99 is beamer-lookahead's code with other settings (test_sim_exact runs
-# both); here a lookahead costs tens of seconds a test.
-ALL_POLICIES = tuple(name for name in POLICIES if name != "beamer-lookahead-p99")
+# beamer-lookahead-p99 and -rival are beamer-lookahead's code with other settings
+# (test_sim_exact runs them all); here a lookahead costs tens of seconds a test.
+ALL_POLICIES = tuple(name for name in POLICIES if not name.startswith("beamer-lookahead-"))
 
 
 def test_even_splits_take_their_mean_and_identical_flows_share_an_entry() -> None:

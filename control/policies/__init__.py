@@ -26,7 +26,7 @@ from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
-from control.policies.lookahead import LookaheadP99Policy, LookaheadPolicy
+from control.policies.lookahead import LookaheadP99Policy, LookaheadPolicy, LookaheadRivalPolicy
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.varys import VarysPolicy
 
@@ -39,6 +39,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer-duty": BeamerDutyPolicy,
     "beamer-lookahead": LookaheadPolicy,
     "beamer-lookahead-p99": LookaheadP99Policy,
+    "beamer-lookahead-rival": LookaheadRivalPolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,

@@ -522,3 +522,15 @@ class LookaheadP99Policy(LookaheadPolicy):
 
     def __init__(self) -> None:
         super().__init__(evals=20, run_tail_weight=2.0, run_tail_stages=3)
+
+
+class LookaheadRivalPolicy(LookaheadPolicy):
+    """``beamer-lookahead-rival``: ``beamer-lookahead-p99`` with Sincronia's ranking as a
+    rival candidate at each arrival (``sincronia_rival``), chosen on tuning seeds by a
+    rule fixed beforehand and then held out (docs/results.md). The same as the spec
+    ``beamer-lookahead:evals=20;run_tail_weight=2;run_tail_stages=3;sincronia_rival=true``."""
+
+    name: ClassVar[str] = "beamer-lookahead-rival"
+
+    def __init__(self) -> None:
+        super().__init__(evals=20, run_tail_weight=2.0, run_tail_stages=3, sincronia_rival=True)
