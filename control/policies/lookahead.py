@@ -520,17 +520,18 @@ class LookaheadP99Policy(LookaheadPolicy):
 
     name: ClassVar[str] = "beamer-lookahead-p99"
 
-    def __init__(self) -> None:
-        super().__init__(evals=20, run_tail_weight=2.0, run_tail_stages=3)
+    def __init__(self, sincronia_rival: bool = False) -> None:
+        super().__init__(
+            evals=20, run_tail_weight=2.0, run_tail_stages=3, sincronia_rival=sincronia_rival
+        )
 
 
-class LookaheadRivalPolicy(LookaheadPolicy):
+class LookaheadRivalPolicy(LookaheadP99Policy):
     """``beamer-lookahead-rival``: ``beamer-lookahead-p99`` with Sincronia's ranking as a
     rival candidate at each arrival (``sincronia_rival``), chosen on tuning seeds by a
-    rule fixed beforehand and then held out (docs/results.md). The same as the spec
-    ``beamer-lookahead:evals=20;run_tail_weight=2;run_tail_stages=3;sincronia_rival=true``."""
+    rule fixed beforehand and then held out (docs/results.md)."""
 
     name: ClassVar[str] = "beamer-lookahead-rival"
 
     def __init__(self) -> None:
-        super().__init__(evals=20, run_tail_weight=2.0, run_tail_stages=3, sincronia_rival=True)
+        super().__init__(sincronia_rival=True)
