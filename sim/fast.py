@@ -147,6 +147,10 @@ class FastSimulation(Simulation):
         """Classes whose start the last filling recorded (below, every port was full)."""
         self._first_changed = 0
         """The highest class whose entries changed since the last allocation."""
+        self._round_log = kernels.RoundLog(self.num_ports)
+        self._finished: list[tuple[np.ndarray, np.ndarray]] = []
+        """Sorted positions of the entries finished since the last allocation, and their
+        flows (the filling restarts inside the class that changed from them)."""
         self._check_all = False
         """True when an entry may have completed without moving (a released flow's size is
         within its completion tolerance): the next check looks at every entry."""
@@ -267,6 +271,7 @@ class FastSimulation(Simulation):
         if self._classes is not None:
             positions = self._classes[2][done]
             self._classes[5][positions] = 0.0
+            self._finished.append((positions, finished_flows.astype(float)))
             first = int(np.searchsorted(self._classes[1], positions.min(), side="right")) - 1
             self._first_changed = min(self._first_changed, first)
         self._row_rate = None
@@ -454,6 +459,8 @@ class FastSimulation(Simulation):
                 self._moving_start = np.empty(2 * num_classes, dtype=np.int64)
             self._reached = 0
             self._first_changed = 0
+            self._round_log.reset(num_classes, len(order))
+            self._finished.clear()
         return self._classes
 
     def _allocate_priority(self, classes: tuple[np.ndarray, ...]) -> None:
@@ -462,25 +469,40 @@ class FastSimulation(Simulation):
         The classes above it have the same entries and the same capacities as in the
         last allocation, hence the same rates (the same arithmetic); the filling
         restarts from the residual capacities recorded at that class's start."""
-        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        order, starts, position, src_sorted, dst_sorted, mult_sorted = classes[:6]
         run_end = classes[8]
         first = self._first_changed
         self._first_changed = len(starts) - 1
+        finished = self._finished[:]
+        self._finished.clear()
         if self._moving is None or len(self._rates) != len(order):
             first = 0
+            finished = []
         if first >= self._reached and first > 0:
             return  # every port was full above the classes that changed: no rate moves
         keep = int(self._moving_start[first]) if first > 0 else 0
         previous = self._moving
-        if len(self._rates) != len(order):
+        work = self._work.fit(len(order))
+        restart = (
+            bool(finished)
+            and previous is not None
+            and first < self._reached
+            and self._round_log.class_base[first] >= 0
+        )
+        if restart:
+            assert previous is not None
+            # The kernel takes up the moving entries of the class that changed.
+            end = int(self._moving_start[first + 1]) if first + 1 < self._reached else len(previous)
+            self._rates[previous[end:]] = 0.0
+            work.moving[:end] = previous[:end]
+        elif len(self._rates) != len(order):
             self._rates = np.zeros(len(order))
         elif previous is None or keep == 0:
             self._rates.fill(0.0)
         else:
             # Only the entries that moved below the kept classes have a rate to clear.
             self._rates[previous[keep:]] = 0.0
-        work = self._work.fit(len(order))
-        if keep:
+        if keep and not restart:
             assert previous is not None
             work.moving[:keep] = previous[:keep]
         residual = self._bounds[first].copy() if first > 0 else self.capacity.copy()
@@ -499,6 +521,10 @@ class FastSimulation(Simulation):
             keep,
             self._bounds,
             self._moving_start,
+            self._round_log,
+            position,
+            np.concatenate([p for p, _ in finished]) if restart else None,
+            np.concatenate([m for _, m in finished]) if restart else None,
         )
         self._moving = moving.copy()
 

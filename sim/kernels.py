@@ -26,6 +26,75 @@ SHARE_SLACK = 1e-12
 
 
 @njit(cache=True, nogil=True)
+def _replay_before_restart(
+    src: np.ndarray,
+    dst: np.ndarray,
+    lo: int,
+    hi: int,
+    residual: np.ndarray,
+    saturated_below: np.ndarray,
+    finished: np.ndarray,
+    finished_mult: np.ndarray,
+    log_residual: np.ndarray,
+    log_load: np.ndarray,
+    log_step: np.ndarray,
+    base: int,
+    rounds: int,
+    freeze_round: np.ndarray,
+    gone: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The round a class's filling can restart at once the ``finished`` entries in
+    positions [lo, hi) are gone, or -1 if it must start over.
+
+    That round is the earliest one a finished entry froze in. Before it, the gone
+    flows only raised their ports' fair shares; the rounds are replayed for those
+    ports alone, with the logged steps and their loads less the gone flows
+    (``gone``, per port), to check that none of them fills before that round and
+    to patch their logged residual capacities and loads. ``residual`` holds the
+    class's starting capacities. On success ``gone`` keeps the flows gone per port
+    (the caller subtracts them at the restart round and clears it), else it is
+    cleared here."""
+    restart = rounds
+    for j in range(len(finished)):
+        i = finished[j]
+        if i < lo or i >= hi:
+            continue
+        r = freeze_round[i]
+        if r < 0 or r >= rounds:
+            restart = -1
+            break
+        restart = min(restart, r)
+        gone[src[i]] += finished_mult[j]
+        gone[dst[i]] += finished_mult[j]
+    ok = restart >= 0 and restart < rounds
+    if ok:
+        for p in range(len(gone)):
+            if gone[p] == 0.0:
+                continue
+            left = residual[p]
+            for r in range(restart):
+                row = base + r
+                load = log_load[row, p] - gone[p]
+                log_residual[row, p] = left
+                log_load[row, p] = load
+                if load <= 0.0:
+                    continue
+                step = log_step[row]
+                share = left / load
+                left -= step * load
+                if share <= step * (1.0 + SHARE_SLACK) or left <= saturated_below[p]:
+                    ok = False
+                    break
+            if not ok:
+                break
+            log_residual[base + restart, p] = left
+    if not ok:
+        gone[:] = 0.0
+        return -1
+    return restart
+
+
+@njit(cache=True, nogil=True)
 def _maxmin_classes(
     src: np.ndarray,
     dst: np.ndarray,
@@ -45,7 +114,22 @@ def _maxmin_classes(
     num_moving: int,
     bounds: np.ndarray,
     moving_start: np.ndarray,
-) -> tuple[int, int]:  # pragma: no cover - compiled
+    position: np.ndarray,
+    finished: np.ndarray,
+    finished_mult: np.ndarray,
+    log_residual: np.ndarray,
+    log_load: np.ndarray,
+    log_level: np.ndarray,
+    log_step: np.ndarray,
+    log_frozen_before: np.ndarray,
+    class_base: np.ndarray,
+    class_rounds: np.ndarray,
+    class_live: np.ndarray,
+    frozen_seq: np.ndarray,
+    freeze_round: np.ndarray,
+    min_logged: int,
+    stats: np.ndarray,
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Progressive filling class by class, as :func:`sim.allocate.priority_maxmin`.
 
     Each round raises every live flow of the class by the smallest fair share
@@ -84,12 +168,33 @@ def _maxmin_classes(
     ``num_moving`` slots of ``moving`` the moving entries of the classes above. If
     ``bounds`` has rows, the residual capacities at the start of each class k
     filled are recorded in ``bounds[k]`` and its first slot in ``moving`` in
-    ``moving_start[k]``. Returns the number of moving entries and the number of
-    classes whose start was recorded (the filling stops where every port is full).
+    ``moving_start[k]``.
+
+    Inside a class the filling can also restart at a later round. A class with at
+    least ``min_logged`` live entries is logged (while ``log_*`` have rows left):
+    each round's water level, step, residual capacities and loads at its start
+    (``class_base[k]`` is its first row, -1 if not logged), the round each entry
+    froze in (``freeze_round``, by sorted position) and the entries in the order
+    they froze (``frozen_seq``, from ``moving_start[k]``). ``finished`` lists the
+    sorted positions whose entries finished (``mult`` now 0) since the filling
+    that wrote the log; the caller has then left the moving entries of
+    ``first_class`` in ``moving`` after the first ``num_moving`` slots. Removing a
+    flow that froze in round r only raises its two ports' fair shares, so rounds
+    before r fill the same ports at the same steps: the filling replays those
+    rounds for the finished entries' ports alone, and if none of them would fill
+    earlier than r (else it fills the class from its start), takes up round r with
+    the logged state. Every rate is the same sum in the same order as a filling
+    from scratch. ``stats`` counts restarts (0) and fillings from a class's start
+    after a failed replay (1).
+
+    Returns the number of moving entries, the number of classes whose start was
+    recorded (the filling stops where every port is full) and the log rows this
+    filling wanted (more than ``log_level`` holds: classes it could not log).
     """
     num_ports = len(residual)
     load = np.zeros(num_ports)
     full = np.zeros(num_ports, dtype=np.bool_)
+    gone = np.zeros(num_ports)
     touched = np.empty(num_ports, dtype=np.int64)
     filled = np.empty(num_ports, dtype=np.int64)
     port_start = np.zeros(num_ports + 1, dtype=np.int64)
@@ -97,52 +202,155 @@ def _maxmin_classes(
     is_open = residual > saturated_below
     open_count = 0
     record = bounds.shape[0] > 0
+    num_classes = len(starts) - 1
+    logging = record and class_base.shape[0] >= num_classes
+    log_rows = log_level.shape[0]
+    next_row = 0
+    rows_wanted = 0
     reached = first_class
+    if logging and first_class > 0:
+        # The classes kept above keep their log rows; new rows go after theirs.
+        for k in range(first_class):
+            if class_base[k] >= 0:
+                next_row = max(next_row, class_base[k] + class_rounds[k])
+        rows_wanted = next_row
     for p in range(num_ports):
         if is_open[p]:
             open_count += 1
-    for k in range(first_class, len(starts) - 1):
+    for k in range(first_class, num_classes):
         if open_count == 0:
             break
         if record:
             bounds[k, :] = residual
             moving_start[k] = num_moving
         reached = k + 1
+        segment = num_moving
+        restart_round = -1
+        if logging and k == first_class and len(finished) > 0 and class_base[k] >= 0:
+            restart_round = _replay_before_restart(
+                src, dst, starts[k], starts[k + 1], residual, saturated_below, finished,
+                finished_mult, log_residual, log_load, log_step, class_base[k], class_rounds[k],
+                freeze_round, gone,
+            )  # fmt: skip
+            if restart_round < 0:
+                stats[1] += 1
+                # Fill the class from its start: its old moving entries lose their rates.
+                for j in range(segment, segment + class_live[k]):
+                    rates[moving[j]] = 0.0
         n = 0
         nt = 0
-        i = starts[k]
-        end = starts[k + 1]
-        while i < end:
-            d = dst[i]
-            if not is_open[d]:
-                i = run_end[i]
-                continue
-            s = src[i]
-            if mult[i] > 0.0 and is_open[s]:
-                live[n] = i
-                n += 1
-                if load[s] == 0.0:
-                    touched[nt] = s
-                    nt += 1
-                load[s] += mult[i]
-                if load[d] == 0.0:
-                    touched[nt] = d
-                    nt += 1
-                load[d] += mult[i]
-            i += 1
-        if n == 0:
-            continue
-        for j in range(n):
-            pending[j] = live[j]
-        num_pending = n
-        by_ports = False
         level = 0.0
+        num_pending = 0
+        frozen_count = 0
+        restart_frozen = 0
+        round_index = 0
+        base = -1
+        if restart_round >= 0:
+            stats[0] += 1
+            base = class_base[k]
+            row = base + restart_round
+            # The moving entries of the class, less the finished, in class order: each
+            # finished one is found by bisection (the slots are in position order).
+            gone_here = np.sort(finished[(finished >= starts[k]) & (finished < starts[k + 1])])
+            kept_moving = segment
+            read = segment
+            old_end = segment + class_live[k]
+            for g in gone_here:
+                lo, hi = read, old_end
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if position[moving[mid]] < g:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                for j in range(read, lo):
+                    moving[kept_moving] = moving[j]
+                    kept_moving += 1
+                read = lo + 1 if lo < old_end and position[moving[lo]] == g else lo
+            for j in range(read, old_end):
+                moving[kept_moving] = moving[j]
+                kept_moving += 1
+            n = kept_moving - segment
+            frozen_count = log_frozen_before[row]
+            restart_frozen = frozen_count
+            for j in range(segment + frozen_count, segment + class_live[k]):
+                i = frozen_seq[j]
+                if mult[i] > 0.0:
+                    pending[num_pending] = i
+                    num_pending += 1
+            # The rows hold every port at the class's first round, its touched ports after.
+            open_count = 0
+            for p in range(num_ports):
+                if log_load[base, p] > 0.0:
+                    # Touched at the class's start: logged in every round since.
+                    residual[p] = log_residual[row, p]
+                    load[p] = log_load[row, p] - gone[p]
+                    is_open[p] = residual[p] > saturated_below[p]
+                    touched[nt] = p
+                    nt += 1
+                gone[p] = 0.0
+                if is_open[p]:
+                    open_count += 1
+            level = log_level[row]
+            round_index = restart_round
+        else:
+            i = starts[k]
+            end = starts[k + 1]
+            while i < end:
+                d = dst[i]
+                if not is_open[d]:
+                    i = run_end[i]
+                    continue
+                s = src[i]
+                if mult[i] > 0.0 and is_open[s]:
+                    live[n] = i
+                    n += 1
+                    if load[s] == 0.0:
+                        touched[nt] = s
+                        nt += 1
+                    load[s] += mult[i]
+                    if load[d] == 0.0:
+                        touched[nt] = d
+                        nt += 1
+                    load[d] += mult[i]
+                i += 1
+            if n == 0:
+                if logging:
+                    class_base[k] = -1
+                continue
+            for j in range(n):
+                pending[j] = live[j]
+            num_pending = n
+            if logging:
+                base = next_row if n >= min_logged else -1
+        by_ports = False
         while num_pending > 0:
+            row = -1
+            if base >= 0:
+                row = base + round_index
+                rows_wanted = max(rows_wanted, row + 1)
+                if row < log_rows:
+                    if round_index == 0:
+                        for p in range(num_ports):
+                            log_residual[row, p] = residual[p]
+                            log_load[row, p] = load[p]
+                    else:
+                        for t in range(nt):
+                            p = touched[t]
+                            log_residual[row, p] = residual[p]
+                            log_load[row, p] = load[p]
+                    log_level[row] = level
+                    log_frozen_before[row] = frozen_count
+                else:
+                    base = -1
+                    row = -1
             step = np.inf
             for t in range(nt):
                 p = touched[t]
                 if load[p] > 0.0:
                     step = min(step, residual[p] / load[p])
+            if row >= 0:
+                log_step[row] = step
             level += step
             nf = 0
             for t in range(nt):
@@ -172,10 +380,14 @@ def _maxmin_classes(
                             continue
                         frozen[i] = True
                         rates[order[i]] = level
+                        freeze_round[i] = round_index
+                        frozen_seq[segment + frozen_count] = i
+                        frozen_count += 1
                         num_pending -= 1
                         load[src[i]] -= mult[i]
                         load[dst[i]] -= mult[i]
                     load[p] = 0.0
+                round_index += 1
                 continue
             kept = 0
             for j in range(num_pending):
@@ -185,6 +397,9 @@ def _maxmin_classes(
                     kept += 1
                 else:
                     rates[order[i]] = level
+                    freeze_round[i] = round_index
+                    frozen_seq[segment + frozen_count] = i
+                    frozen_count += 1
                     load[src[i]] -= mult[i]
                     load[dst[i]] -= mult[i]
             if kept > 0 and 8 * (num_pending - kept) < num_pending:
@@ -209,15 +424,30 @@ def _maxmin_classes(
                     by_port[port_fill[dst[i]]] = i
                     port_fill[dst[i]] += 1
             num_pending = kept
-        for j in range(n):
-            frozen[live[j]] = False
-            moving[num_moving] = order[live[j]]
-            num_moving += 1
+            round_index += 1
+        # Only entries frozen in the rounds run here can be marked.
+        for j in range(segment + restart_frozen, segment + n):
+            frozen[frozen_seq[j]] = False
+        if restart_round < 0:
+            for j in range(n):
+                moving[num_moving] = order[live[j]]
+                num_moving += 1
+        else:
+            num_moving += n
+        if logging:
+            class_base[k] = base
+            class_rounds[k] = round_index
+            class_live[k] = n
+            if base >= 0:
+                next_row = base + round_index
         for t in range(nt):
             p = touched[t]
             load[p] = 0.0
             full[p] = False
-    return num_moving, reached
+    if logging:
+        for k in range(reached, num_classes):
+            class_base[k] = -1
+    return num_moving, reached, rows_wanted
 
 
 class Scratch:
@@ -229,6 +459,8 @@ class Scratch:
         self.pending = np.zeros(0, dtype=np.int64)
         self.by_port = np.zeros(0, dtype=np.int64)
         self.frozen = np.zeros(0, dtype=np.bool_)
+        self.frozen_seq = np.zeros(0, dtype=np.int64)
+        self.freeze_round = np.zeros(0, dtype=np.int64)
 
     def fit(self, count: int) -> Scratch:
         if len(self.live) < count:
@@ -238,7 +470,59 @@ class Scratch:
             self.pending = np.zeros(size, dtype=np.int64)
             self.by_port = np.zeros(2 * size, dtype=np.int64)
             self.frozen = np.zeros(size, dtype=np.bool_)
+            self.frozen_seq = np.zeros(size, dtype=np.int64)
+            self.freeze_round = np.zeros(size, dtype=np.int64)
         return self
+
+
+class RoundLog:
+    """What :func:`_maxmin_classes` logs of the large classes it fills, kept from one
+    allocation to the next so that the next can restart a class at a later round.
+
+    Valid while the entries' class order stays the same; :meth:`reset` when it
+    changes. Rows are added (up to ``MAX_BYTES`` of them) when a filling wanted more."""
+
+    MIN_LOGGED = 256
+    """Live entries a class needs to be logged: below, a filling from its start is cheap."""
+    MAX_BYTES = 32 << 20
+    """The rows' memory at most (each row: a residual and a load per port)."""
+
+    def __init__(self, num_ports: int) -> None:
+        self.num_ports = num_ports
+        self.max_rows = max(64, self.MAX_BYTES // (16 * max(num_ports, 1)))
+        self.stats = np.zeros(2, dtype=np.int64)
+        """Restarts inside a class, and replays that found a port filling sooner."""
+        self._grow(0, 0, 0)
+
+    def _grow(self, rows: int, classes: int, entries: int) -> None:
+        self.residual = np.zeros((rows, self.num_ports))
+        self.load = np.zeros((rows, self.num_ports))
+        self.level = np.zeros(rows)
+        self.step = np.zeros(rows)
+        self.frozen_before = np.zeros(rows, dtype=np.int64)
+        self.class_base = np.full(classes, -1, dtype=np.int64)
+        self.class_rounds = np.zeros(classes, dtype=np.int64)
+        self.class_live = np.zeros(classes, dtype=np.int64)
+        self.frozen_seq = np.zeros(entries, dtype=np.int64)
+        self.freeze_round = np.full(entries, -1, dtype=np.int64)
+
+    def reset(self, num_classes: int, num_entries: int) -> None:
+        """Forget every class (a new class order of ``num_entries`` entries)."""
+        if len(self.class_base) < num_classes or len(self.frozen_seq) < num_entries:
+            rows = len(self.level)
+            self._grow(rows, 2 * num_classes, 2 * num_entries)
+        else:
+            self.class_base[:] = -1
+
+    def want_rows(self, rows: int) -> None:
+        """A filling wanted ``rows`` rows: grow (forgetting the classes) if room is left."""
+        if rows > len(self.level) and len(self.level) < self.max_rows:
+            size = min(max(2 * rows, 64), self.max_rows)
+            self._grow(size, len(self.class_base), len(self.frozen_seq))
+
+
+_NO_INT = np.zeros(0, dtype=np.int64)
+_NO_FLOAT = np.zeros(0)
 
 
 def maxmin_into(
@@ -256,14 +540,27 @@ def maxmin_into(
     num_moving: int = 0,
     bounds: np.ndarray | None = None,
     moving_start: np.ndarray | None = None,
+    log: RoundLog | None = None,
+    position: np.ndarray | None = None,
+    finished: np.ndarray | None = None,
+    finished_mult: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """:func:`_maxmin_classes` with ``scratch``'s arrays; returns the moving entries (a
-    view into ``scratch``, valid until its next use) and the classes reached."""
+    view into ``scratch``, valid until its next use) and the classes reached.
+
+    With ``log`` (and ``bounds``), large classes are logged; with ``finished`` (sorted
+    positions) and their former ``finished_mult`` too, ``first_class`` restarts at the
+    round its first finished entry froze in, its moving entries left in
+    ``scratch.moving`` after the first ``num_moving``. ``position`` maps an entry to
+    its sorted position."""
     scratch.fit(len(order))
     if bounds is None or moving_start is None:
         bounds = np.zeros((0, len(residual)))
         moving_start = np.zeros(0, dtype=np.int64)
-    count, reached = _maxmin_classes(
+    if log is None:
+        log = RoundLog(len(residual))
+    logged = bounds.shape[0] > 0 and len(log.class_base) >= len(starts) - 1
+    count, reached, rows_wanted = _maxmin_classes(
         src_sorted,
         dst_sorted,
         mult_sorted,
@@ -282,7 +579,24 @@ def maxmin_into(
         num_moving,
         bounds,
         moving_start,
+        _NO_INT if position is None else position,
+        _NO_INT if finished is None or not logged else finished,
+        _NO_FLOAT if finished_mult is None else finished_mult,
+        log.residual,
+        log.load,
+        log.level,
+        log.step,
+        log.frozen_before,
+        log.class_base,
+        log.class_rounds,
+        log.class_live,
+        log.frozen_seq if logged else scratch.frozen_seq,
+        log.freeze_round if logged else scratch.freeze_round,
+        RoundLog.MIN_LOGGED,
+        log.stats,
     )
+    if logged:
+        log.want_rows(rows_wanted)
     return scratch.moving[:count], reached
 
 

@@ -74,6 +74,109 @@ def test_refilling_from_a_recorded_class_equals_a_filling_from_scratch() -> None
     assert refilled > 0
 
 
+def one_class_instance(seed: int) -> tuple[np.ndarray, ...]:
+    """Many entries of one class over few ports with uneven loads (many filling rounds)."""
+    rng = np.random.default_rng(seed)
+    hosts, count = 10, 300
+    src = rng.integers(0, hosts, count)
+    dst = hosts + (src + rng.integers(1, hosts, count)) % hosts
+    capacity = rng.choice([1.0, 2.0, 3.0], 2 * hosts) * 125e6
+    order, starts = kernels.class_order(rng.integers(0, 2, count))
+    mult_sorted = rng.integers(1, 4, count)[order].astype(float)
+    return src[order], dst[order], mult_sorted, order, starts, capacity
+
+
+def fill_and_finish(seed: int, tamper: bool = False) -> tuple[kernels.RoundLog, list[int]]:
+    """Fill, then finish a few of the fastest entries at a time and restart from the
+    logged rounds, checking every allocation against a filling from scratch; with
+    ``tamper``, the logged steps are made infinite so that every replay must refuse."""
+    src_sorted, dst_sorted, mult_sorted, order, starts, capacity = one_class_instance(seed)
+    count, num_classes, num_ports = len(order), len(starts) - 1, len(capacity)
+    saturated_below = capacity * 1e-9
+    run_end = kernels.run_ends(dst_sorted, starts)
+    position = np.empty(count, dtype=np.int64)
+    position[order] = np.arange(count)
+    bounds = np.empty((num_classes, num_ports))
+    moving_start = np.empty(num_classes, dtype=np.int64)
+    scratch, log, rates = kernels.Scratch(), kernels.RoundLog(num_ports), np.zeros(count)
+    log.reset(num_classes, count)
+    log.want_rows(64)
+    moving, reached = kernels.maxmin_into(
+        src_sorted, dst_sorted, mult_sorted, order, starts, run_end, capacity.copy(),
+        saturated_below, rates, scratch, 0, 0, bounds, moving_start, log, position,
+    )  # fmt: skip
+    moving = moving.copy()
+    restart_rounds = []
+    while len(moving):
+        # The entries with the highest rate finish first, as flows of equal size do.
+        fastest = moving[rates[moving] == rates[moving].max()][:3]
+        done = position[fastest]
+        first = int(np.searchsorted(starts, done.min(), side="right")) - 1
+        done_mult = mult_sorted[done].copy()
+        restart_rounds.append(int(log.freeze_round[done].min()))
+        mult_sorted[done] = 0.0
+        rates[fastest] = 0.0
+        end = int(moving_start[first + 1]) if first + 1 < reached else len(moving)
+        rates[moving[end:]] = 0.0
+        scratch.moving[:end] = moving[:end]
+        if tamper:
+            log.step.fill(np.inf)
+        moving, reached = kernels.maxmin_into(
+            src_sorted, dst_sorted, mult_sorted, order, starts, run_end,
+            bounds[first].copy(), saturated_below, rates, scratch, first,
+            int(moving_start[first]), bounds, moving_start, log, position, done, done_mult,
+        )  # fmt: skip
+        moving = moving.copy()
+        expected = kernels.maxmin_ordered(
+            src_sorted, dst_sorted, mult_sorted, order, starts, capacity, saturated_below
+        )
+        np.testing.assert_array_equal(rates, expected)
+        np.testing.assert_array_equal(moving, order[np.sort(position[moving])])
+        np.testing.assert_array_equal(np.sort(moving), np.flatnonzero(expected > 0))
+    return log, restart_rounds
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_restarting_a_class_at_a_logged_round_equals_a_filling_from_scratch(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kernels.RoundLog, "MIN_LOGGED", 1)
+    log, restart_rounds = fill_and_finish(seed)
+    restarts, refusals = log.stats
+    assert restarts > 0 and refusals == 0
+    # Restarts skip rounds: the fastest entries froze in a later round, not the first.
+    assert max(restart_rounds) > 0
+
+
+def test_a_replay_that_finds_a_port_filling_sooner_fills_the_class_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kernels.RoundLog, "MIN_LOGGED", 1)
+    log, _ = fill_and_finish(0, tamper=True)
+    assert log.stats[1] > 0  # replays refused, and every allocation was still exact
+
+
+@pytest.mark.parametrize("policy", ["fair", "fifo", "sincronia", "aalo", "beamer"])
+def test_simulations_restarting_inside_classes_equal_the_per_flow_answer(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kernels.RoundLog, "MIN_LOGGED", 1)
+    restarts = 0
+    for seed in range(3):
+        workload = crowded(seed)
+        for num_classes in (None, 3):
+            simulation = FastSimulation(
+                workload, get_policy(policy), SimConfig(num_classes), verify=True
+            )
+            fast = simulation.run()
+            reference = simulate(
+                workload, get_policy(policy), SimConfig(num_classes, flow_model="per-flow")
+            )
+            assert_identical(fast, reference, f"{policy} seed {seed} classes {num_classes}")
+            restarts += int(simulation._round_log.stats[0])
+    assert restarts > 0
+
+
 def crowded(seed: int, count: int = 40, hosts: int = 16) -> Workload:
     """Small shuffles of equal whole-MB sizes on a few of many hosts (idle ports), released
     in bursts (many coflows, hence many classes, finishing at the same instants)."""
