@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bench.bench_sim import offline_subset, timed, with_rank_timer
-from control.policies import get_policy
+from bench.bench_sim import default_policies, offline_subset, timed, with_rank_timer
+from control.policies import POLICIES, get_policy
+from control.policies.lookahead import LookaheadPolicy
 from sim.engine import SimConfig, simulate
 
 
@@ -23,3 +24,10 @@ def test_timing_splits_a_run_into_ranking_and_model() -> None:
     assert result.cct_s
     assert 0.0 < timing.rank_cpu_s <= timing.cpu_s
     assert timing.model_cpu_s == timing.cpu_s - timing.rank_cpu_s
+
+
+def test_the_default_policies_leave_out_only_the_searches() -> None:
+    searches = {name for name in POLICIES if isinstance(get_policy(name), LookaheadPolicy)}
+    assert "beamer-lookahead" in searches
+    assert set(default_policies()) == set(POLICIES) - searches
+    assert {"fair", "sincronia", "varys", "beamer"} <= set(default_policies())
