@@ -483,6 +483,9 @@ class FastSimulation(Simulation):
         keep = int(self._moving_start[first]) if first > 0 else 0
         previous = self._moving
         work = self._work.fit(len(order))
+        # The last filling's moving list is usually a view of the scratch list the next
+        # one writes: the kept part is then in place already, no copy of it is needed.
+        in_place = previous is not None and previous.base is work.moving
         restart = (
             bool(finished)
             and previous is not None
@@ -494,7 +497,8 @@ class FastSimulation(Simulation):
             # The kernel takes up the moving entries of the class that changed.
             end = int(self._moving_start[first + 1]) if first + 1 < self._reached else len(previous)
             self._rates[previous[end:]] = 0.0
-            work.moving[:end] = previous[:end]
+            if not in_place:
+                work.moving[:end] = previous[:end]
         elif len(self._rates) != len(order):
             self._rates = np.zeros(len(order))
         elif previous is None or keep == 0:
@@ -502,7 +506,7 @@ class FastSimulation(Simulation):
         else:
             # Only the entries that moved below the kept classes have a rate to clear.
             self._rates[previous[keep:]] = 0.0
-        if keep and not restart:
+        if keep and not restart and not in_place:
             assert previous is not None
             work.moving[:keep] = previous[:keep]
         residual = self._bounds[first].copy() if first > 0 else self.capacity.copy()
@@ -526,7 +530,7 @@ class FastSimulation(Simulation):
             np.concatenate([p for p, _ in finished]) if restart else None,
             np.concatenate([m for _, m in finished]) if restart else None,
         )
-        self._moving = moving.copy()
+        self._moving = moving  # a view of the scratch list, valid until the next filling
 
     def _check_allocation(self, classes: tuple[np.ndarray, ...]) -> None:
         """Raise if the rates or the moving list differ from a filling from scratch."""
