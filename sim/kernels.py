@@ -323,6 +323,9 @@ def _maxmin_classes(
             num_pending = n
             if logging:
                 base = next_row if n >= min_logged else -1
+        # A logged class lists its entries in the order they freeze (fixed for the class,
+        # even if the log runs out of rows on the way: the lists are what is reset below).
+        track = base >= 0
         by_ports = False
         while num_pending > 0:
             row = -1
@@ -380,9 +383,10 @@ def _maxmin_classes(
                             continue
                         frozen[i] = True
                         rates[order[i]] = level
-                        freeze_round[i] = round_index
-                        frozen_seq[segment + frozen_count] = i
-                        frozen_count += 1
+                        if track:
+                            freeze_round[i] = round_index
+                            frozen_seq[segment + frozen_count] = i
+                            frozen_count += 1
                         num_pending -= 1
                         load[src[i]] -= mult[i]
                         load[dst[i]] -= mult[i]
@@ -397,9 +401,10 @@ def _maxmin_classes(
                     kept += 1
                 else:
                     rates[order[i]] = level
-                    freeze_round[i] = round_index
-                    frozen_seq[segment + frozen_count] = i
-                    frozen_count += 1
+                    if track:
+                        freeze_round[i] = round_index
+                        frozen_seq[segment + frozen_count] = i
+                        frozen_count += 1
                     load[src[i]] -= mult[i]
                     load[dst[i]] -= mult[i]
             if kept > 0 and 8 * (num_pending - kept) < num_pending:
@@ -425,9 +430,13 @@ def _maxmin_classes(
                     port_fill[dst[i]] += 1
             num_pending = kept
             round_index += 1
-        # Only entries frozen in the rounds run here can be marked.
-        for j in range(segment + restart_frozen, segment + n):
-            frozen[frozen_seq[j]] = False
+        if track:
+            # Only entries frozen in the rounds run here can be marked.
+            for j in range(segment + restart_frozen, segment + n):
+                frozen[frozen_seq[j]] = False
+        else:
+            for j in range(n):
+                frozen[live[j]] = False
         if restart_round < 0:
             for j in range(n):
                 moving[num_moving] = order[live[j]]
@@ -523,6 +532,8 @@ class RoundLog:
 
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_FLOAT = np.zeros(0)
+_NO_LOG = RoundLog(0)
+"""No classes: a filling without a log (it never writes this one)."""
 
 
 def maxmin_into(
@@ -558,7 +569,7 @@ def maxmin_into(
         bounds = np.zeros((0, len(residual)))
         moving_start = np.zeros(0, dtype=np.int64)
     if log is None:
-        log = RoundLog(len(residual))
+        log = _NO_LOG
     logged = bounds.shape[0] > 0 and len(log.class_base) >= len(starts) - 1
     count, reached, rows_wanted = _maxmin_classes(
         src_sorted,
