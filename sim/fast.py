@@ -148,6 +148,8 @@ class FastSimulation(Simulation):
         self._first_changed = 0
         """The highest class whose entries changed since the last allocation."""
         self._round_log = kernels.RoundLog(self.num_ports)
+        self._logging = False
+        """A class of the class order is large enough to be logged (see ``RoundLog``)."""
         self._finished: list[tuple[np.ndarray, np.ndarray]] = []
         """Sorted positions of the entries finished since the last allocation, and their
         flows (the filling restarts inside the class that changed from them)."""
@@ -271,7 +273,8 @@ class FastSimulation(Simulation):
         if self._classes is not None:
             positions = self._classes[2][done]
             self._classes[5][positions] = 0.0
-            self._finished.append((positions, finished_flows.astype(float)))
+            if self._logging:
+                self._finished.append((positions, finished_flows.astype(float)))
             first = int(np.searchsorted(self._classes[1], positions.min(), side="right")) - 1
             self._first_changed = min(self._first_changed, first)
         self._row_rate = None
@@ -459,7 +462,10 @@ class FastSimulation(Simulation):
                 self._moving_start = np.empty(2 * num_classes, dtype=np.int64)
             self._reached = 0
             self._first_changed = 0
-            self._round_log.reset(num_classes, len(order))
+            least = kernels.RoundLog.MIN_LOGGED
+            self._logging = len(order) >= least and int(np.diff(starts).max()) >= least
+            if self._logging:
+                self._round_log.reset(num_classes, len(order))
             self._finished.clear()
         return self._classes
 
@@ -488,6 +494,7 @@ class FastSimulation(Simulation):
         in_place = previous is not None and previous.base is work.moving
         restart = (
             bool(finished)
+            and self._logging
             and previous is not None
             and first < self._reached
             and self._round_log.class_base[first] >= 0
@@ -525,7 +532,7 @@ class FastSimulation(Simulation):
             keep,
             self._bounds,
             self._moving_start,
-            self._round_log,
+            self._round_log if self._logging else None,
             position,
             np.concatenate([p for p, _ in finished]) if restart else None,
             np.concatenate([m for _, m in finished]) if restart else None,

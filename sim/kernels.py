@@ -459,6 +459,41 @@ def _maxmin_classes(
     return num_moving, reached, rows_wanted
 
 
+@njit(cache=True, nogil=True)
+def _maxmin_classes_unlogged(
+    src: np.ndarray,
+    dst: np.ndarray,
+    mult: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    run_end: np.ndarray,
+    residual: np.ndarray,
+    saturated_below: np.ndarray,
+    rates: np.ndarray,
+    moving: np.ndarray,
+    live: np.ndarray,
+    pending: np.ndarray,
+    by_port: np.ndarray,
+    frozen: np.ndarray,
+    first_class: int,
+    num_moving: int,
+    bounds: np.ndarray,
+    moving_start: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """:func:`_maxmin_classes` without a log: each array argument costs a type check
+    on every call from Python, and most fillings (small classes) log nothing."""
+    no_int = np.zeros(0, dtype=np.int64)
+    no_float = np.zeros(0)
+    no_rows = np.zeros((0, len(residual)))
+    count, reached, _ = _maxmin_classes(
+        src, dst, mult, order, starts, run_end, residual, saturated_below, rates, moving,
+        live, pending, by_port, frozen, first_class, num_moving, bounds, moving_start,
+        no_int, no_int, no_float, no_rows, no_rows, no_float, no_float, no_int, no_int,
+        no_int, no_int, no_int, no_int, 0, no_int,
+    )  # fmt: skip
+    return count, reached
+
+
 class Scratch:
     """Work arrays for :func:`_maxmin_classes`, grown as needed and reused."""
 
@@ -468,8 +503,6 @@ class Scratch:
         self.pending = np.zeros(0, dtype=np.int64)
         self.by_port = np.zeros(0, dtype=np.int64)
         self.frozen = np.zeros(0, dtype=np.bool_)
-        self.frozen_seq = np.zeros(0, dtype=np.int64)
-        self.freeze_round = np.zeros(0, dtype=np.int64)
 
     def fit(self, count: int) -> Scratch:
         if len(self.live) < count:
@@ -479,8 +512,6 @@ class Scratch:
             self.pending = np.zeros(size, dtype=np.int64)
             self.by_port = np.zeros(2 * size, dtype=np.int64)
             self.frozen = np.zeros(size, dtype=np.bool_)
-            self.frozen_seq = np.zeros(size, dtype=np.int64)
-            self.freeze_round = np.zeros(size, dtype=np.int64)
         return self
 
 
@@ -532,8 +563,6 @@ class RoundLog:
 
 _NO_INT = np.zeros(0, dtype=np.int64)
 _NO_FLOAT = np.zeros(0)
-_NO_LOG = RoundLog(0)
-"""No classes: a filling without a log (it never writes this one)."""
 
 
 def maxmin_into(
@@ -568,9 +597,28 @@ def maxmin_into(
     if bounds is None or moving_start is None:
         bounds = np.zeros((0, len(residual)))
         moving_start = np.zeros(0, dtype=np.int64)
-    if log is None:
-        log = _NO_LOG
-    logged = bounds.shape[0] > 0 and len(log.class_base) >= len(starts) - 1
+    if log is None or bounds.shape[0] == 0 or len(log.class_base) < len(starts) - 1:
+        count, reached = _maxmin_classes_unlogged(
+            src_sorted,
+            dst_sorted,
+            mult_sorted,
+            order,
+            starts,
+            run_end,
+            residual,
+            saturated_below,
+            rates,
+            scratch.moving,
+            scratch.live,
+            scratch.pending,
+            scratch.by_port,
+            scratch.frozen,
+            first_class,
+            num_moving,
+            bounds,
+            moving_start,
+        )
+        return scratch.moving[:count], reached
     count, reached, rows_wanted = _maxmin_classes(
         src_sorted,
         dst_sorted,
@@ -591,7 +639,7 @@ def maxmin_into(
         bounds,
         moving_start,
         _NO_INT if position is None else position,
-        _NO_INT if finished is None or not logged else finished,
+        _NO_INT if finished is None else finished,
         _NO_FLOAT if finished_mult is None else finished_mult,
         log.residual,
         log.load,
@@ -601,13 +649,12 @@ def maxmin_into(
         log.class_base,
         log.class_rounds,
         log.class_live,
-        log.frozen_seq if logged else scratch.frozen_seq,
-        log.freeze_round if logged else scratch.freeze_round,
+        log.frozen_seq,
+        log.freeze_round,
         RoundLog.MIN_LOGGED,
         log.stats,
     )
-    if logged:
-        log.want_rows(rows_wanted)
+    log.want_rows(rows_wanted)
     return scratch.moving[:count], reached
 
 
