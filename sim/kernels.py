@@ -597,29 +597,7 @@ def maxmin_into(
     if bounds is None or moving_start is None:
         bounds = np.zeros((0, len(residual)))
         moving_start = np.zeros(0, dtype=np.int64)
-    if log is None or bounds.shape[0] == 0 or len(log.class_base) < len(starts) - 1:
-        count, reached = _maxmin_classes_unlogged(
-            src_sorted,
-            dst_sorted,
-            mult_sorted,
-            order,
-            starts,
-            run_end,
-            residual,
-            saturated_below,
-            rates,
-            scratch.moving,
-            scratch.live,
-            scratch.pending,
-            scratch.by_port,
-            scratch.frozen,
-            first_class,
-            num_moving,
-            bounds,
-            moving_start,
-        )
-        return scratch.moving[:count], reached
-    count, reached, rows_wanted = _maxmin_classes(
+    filling = (
         src_sorted,
         dst_sorted,
         mult_sorted,
@@ -638,6 +616,12 @@ def maxmin_into(
         num_moving,
         bounds,
         moving_start,
+    )
+    if log is None or bounds.shape[0] == 0 or len(log.class_base) < len(starts) - 1:
+        count, reached = _maxmin_classes_unlogged(*filling)
+        return scratch.moving[:count], reached
+    count, reached, rows_wanted = _maxmin_classes(
+        *filling,
         _NO_INT if position is None else position,
         _NO_INT if finished is None else finished,
         _NO_FLOAT if finished_mult is None else finished_mult,
