@@ -32,7 +32,7 @@ import random
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from control.model import Experiment, StageKey, Workload
 from control.policies.background import BackgroundSearch
@@ -519,11 +519,11 @@ class LookaheadP99Policy(LookaheadPolicy):
     their meaning."""
 
     name: ClassVar[str] = "beamer-lookahead-p99"
+    preset: ClassVar[dict[str, Any]] = {"evals": 20, "run_tail_weight": 2.0, "run_tail_stages": 3}
+    """The settings this name stands for."""
 
-    def __init__(self, sincronia_rival: bool = False) -> None:
-        super().__init__(
-            evals=20, run_tail_weight=2.0, run_tail_stages=3, sincronia_rival=sincronia_rival
-        )
+    def __init__(self) -> None:
+        super().__init__(**self.preset)
 
 
 class LookaheadRivalPolicy(LookaheadP99Policy):
@@ -532,6 +532,4 @@ class LookaheadRivalPolicy(LookaheadP99Policy):
     rule fixed beforehand and then held out (docs/results.md)."""
 
     name: ClassVar[str] = "beamer-lookahead-rival"
-
-    def __init__(self) -> None:
-        super().__init__(sincronia_rival=True)
+    preset: ClassVar[dict[str, Any]] = {**LookaheadP99Policy.preset, "sincronia_rival": True}
