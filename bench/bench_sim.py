@@ -37,9 +37,8 @@ from dataclasses import dataclass
 
 from bench.common import emit
 from control.model import Workload
-from control.policies import POLICIES, get_policy
+from control.policies import POLICIES, get_policy, is_search
 from control.policies.base import BasePolicy, Ranking, Snapshot
-from control.policies.lookahead import LookaheadPolicy
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
 from workloads import coflow_benchmark, hp_tuning
 from workloads.loader import load_workload
@@ -182,7 +181,7 @@ def offline_subset(max_flows: int, head: int | None) -> Workload:
 def default_policies() -> list[str]:
     """Every registered policy but the lookahead searches, which simulate the rest of
     the run at every arrival: hours on these workloads, asked for by name only."""
-    return [name for name in POLICIES if not isinstance(get_policy(name), LookaheadPolicy)]
+    return [name for name in POLICIES if not is_search(name)]
 
 
 def main() -> None:

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage, Workload
-from control.policies import POLICIES, get_policy
+from control.policies import POLICIES, get_policy, is_search
 from control.policies.base import Ranking, Snapshot
-from control.policies.lookahead import LookaheadPolicy
 from sim import allocate, kernels
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
 from sim.fast import merge_flows
@@ -24,12 +23,7 @@ PER_FLOW = SimConfig(flow_model="per-flow")
 # The registered lookahead presets (subclasses that only fix its settings) run
 # beamer-lookahead's code, and test_sim_exact runs them all; here a lookahead costs
 # tens of seconds a test, so only beamer-lookahead itself runs.
-ALL_POLICIES = tuple(
-    name
-    for name, factory in POLICIES.items()
-    if not (isinstance(factory, type) and issubclass(factory, LookaheadPolicy))
-    or factory is LookaheadPolicy
-)
+ALL_POLICIES = tuple(name for name in POLICIES if not is_search(name) or name == "beamer-lookahead")
 
 
 def test_even_splits_take_their_mean_and_identical_flows_share_an_entry() -> None:

@@ -57,6 +57,14 @@ def get_policy(name: str) -> BasePolicy:
     return factory()
 
 
+def is_search(name: str) -> bool:
+    """A registered lookahead search: it ranks by simulating the rest of the run at each
+    arrival, which on a whole trace takes hours, so benchmarks and tests that run every
+    policy leave these out unless named."""
+    factory = POLICIES[name]
+    return isinstance(factory, type) and issubclass(factory, LookaheadPolicy)
+
+
 def warm_up() -> None:
     """Compile the policies' numba kernels now, or load them from numba's on-disk cache.
 
