@@ -16,6 +16,8 @@ place. Ports are saturated when their residual falls to ``saturated_below``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -194,7 +196,6 @@ def _maxmin_classes(
     num_ports = len(residual)
     load = np.zeros(num_ports)
     full = np.zeros(num_ports, dtype=np.bool_)
-    gone = np.zeros(num_ports)
     touched = np.empty(num_ports, dtype=np.int64)
     filled = np.empty(num_ports, dtype=np.int64)
     port_start = np.zeros(num_ports + 1, dtype=np.int64)
@@ -204,6 +205,7 @@ def _maxmin_classes(
     record = bounds.shape[0] > 0
     num_classes = len(starts) - 1
     logging = record and class_base.shape[0] >= num_classes
+    gone = np.zeros(num_ports if logging else 0)
     log_rows = log_level.shape[0]
     next_row = 0
     rows_wanted = 0
@@ -324,7 +326,7 @@ def _maxmin_classes(
             if logging:
                 base = next_row if n >= min_logged else -1
         # A logged class lists its entries in the order they freeze (fixed for the class,
-        # even if the log runs out of rows on the way: the lists are what is reset below).
+        # even if the log runs out of rows on the way: a restart resets from that list).
         track = base >= 0
         by_ports = False
         while num_pending > 0:
@@ -430,18 +432,16 @@ def _maxmin_classes(
                     port_fill[dst[i]] += 1
             num_pending = kept
             round_index += 1
-        if track:
-            # Only entries frozen in the rounds run here can be marked.
-            for j in range(segment + restart_frozen, segment + n):
-                frozen[frozen_seq[j]] = False
-        else:
-            for j in range(n):
-                frozen[live[j]] = False
         if restart_round < 0:
             for j in range(n):
+                frozen[live[j]] = False
                 moving[num_moving] = order[live[j]]
                 num_moving += 1
         else:
+            # The moving list was compacted above; only the entries frozen in the rounds
+            # run here can be marked.
+            for j in range(segment + restart_frozen, segment + n):
+                frozen[frozen_seq[j]] = False
             num_moving += n
         if logging:
             class_base[k] = base
@@ -460,37 +460,18 @@ def _maxmin_classes(
 
 
 @njit(cache=True, nogil=True)
-def _maxmin_classes_unlogged(
-    src: np.ndarray,
-    dst: np.ndarray,
-    mult: np.ndarray,
-    order: np.ndarray,
-    starts: np.ndarray,
-    run_end: np.ndarray,
-    residual: np.ndarray,
-    saturated_below: np.ndarray,
-    rates: np.ndarray,
-    moving: np.ndarray,
-    live: np.ndarray,
-    pending: np.ndarray,
-    by_port: np.ndarray,
-    frozen: np.ndarray,
-    first_class: int,
-    num_moving: int,
-    bounds: np.ndarray,
-    moving_start: np.ndarray,
-) -> tuple[int, int]:  # pragma: no cover - compiled
-    """:func:`_maxmin_classes` without a log: each array argument costs a type check
-    on every call from Python, and most fillings (small classes) log nothing."""
+def _maxmin_classes_unlogged(*filling: Any) -> tuple[int, int]:  # pragma: no cover - compiled
+    """:func:`_maxmin_classes` without a log: ``filling`` is its first 18 arguments,
+    ``src`` to ``moving_start``. Each array argument costs a type check on every call
+    from Python, and most fillings (small classes) log nothing."""
     no_int = np.zeros(0, dtype=np.int64)
     no_float = np.zeros(0)
-    no_rows = np.zeros((0, len(residual)))
-    count, reached, _ = _maxmin_classes(
-        src, dst, mult, order, starts, run_end, residual, saturated_below, rates, moving,
-        live, pending, by_port, frozen, first_class, num_moving, bounds, moving_start,
+    no_rows = np.zeros((0, 0))
+    no_log = (
         no_int, no_int, no_float, no_rows, no_rows, no_float, no_float, no_int, no_int,
         no_int, no_int, no_int, no_int, 0, no_int,
     )  # fmt: skip
+    count, reached, _ = _maxmin_classes(*(filling + no_log))
     return count, reached
 
 
