@@ -479,8 +479,7 @@ class FastSimulation(Simulation):
         run_end = classes[8]
         first = self._first_changed
         self._first_changed = len(starts) - 1
-        finished = self._finished[:]
-        self._finished.clear()
+        finished, self._finished = self._finished, []
         if self._moving is None or len(self._rates) != len(order):
             first = 0
             finished = []
@@ -499,23 +498,24 @@ class FastSimulation(Simulation):
             and first < self._reached
             and self._round_log.class_base[first] >= 0
         )
+        # The moving entries the kernel starts from: those of the kept classes, and on a
+        # restart those of the class that changed too (the kernel takes them up).
+        start_from = keep
         if restart:
             assert previous is not None
-            # The kernel takes up the moving entries of the class that changed.
-            end = int(self._moving_start[first + 1]) if first + 1 < self._reached else len(previous)
-            self._rates[previous[end:]] = 0.0
-            if not in_place:
-                work.moving[:end] = previous[:end]
-        elif len(self._rates) != len(order):
+            start_from = (
+                int(self._moving_start[first + 1]) if first + 1 < self._reached else len(previous)
+            )
+        if len(self._rates) != len(order):
             self._rates = np.zeros(len(order))
-        elif previous is None or keep == 0:
+        elif previous is None or start_from == 0:
             self._rates.fill(0.0)
         else:
-            # Only the entries that moved below the kept classes have a rate to clear.
-            self._rates[previous[keep:]] = 0.0
-        if keep and not restart and not in_place:
+            # Only the entries that moved below those have a rate to clear.
+            self._rates[previous[start_from:]] = 0.0
+        if start_from and not in_place:
             assert previous is not None
-            work.moving[:keep] = previous[:keep]
+            work.moving[:start_from] = previous[:start_from]
         residual = self._bounds[first].copy() if first > 0 else self.capacity.copy()
         moving, self._reached = kernels.maxmin_into(
             src_sorted,
