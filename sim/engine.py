@@ -19,6 +19,7 @@ completion alone only re-divides the rates under the same classes.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,6 +148,10 @@ class Simulation:
     ) -> None:
         self.workload = workload
         self.policy = policy
+        self._progress_thresholds = (
+            type(policy).next_rerank_sent_bytes is not BasePolicy.next_rerank_sent_bytes
+        )
+        """The policy may re-rank on a coflow's progress (else no threshold is asked)."""
         self.config = config or SimConfig()
         self.allocator: Allocator = self.config.allocator or policy.allocator
         self.progress = progress
@@ -175,9 +180,14 @@ class Simulation:
         self._pending: list[tuple[np.ndarray, ...]] = []
         self._rates = np.zeros(0)
         self._flow_class = np.zeros(0, dtype=np.int64)
-        self._coflow_class: dict[int, int] = {}
-        self._coflow_rank: dict[int, int] = {}
-        self._thresholds: dict[int, float] = {}
+        self._class_of_row = np.zeros(0, dtype=np.int64)
+        """Per active coflow row (as of the last ranking; a coflow's coming or going
+        re-ranks before the next allocation): its class, highest first."""
+        self._rank_of_row = np.zeros(0, dtype=np.int64)
+        """Per active coflow row: its position in the ranking."""
+        self._threshold_of_row: np.ndarray | None = None
+        """Per active coflow row: sent bytes at which to re-rank (NaN: none); None when
+        the policy sets no threshold."""
         self._rerank_needed = True
 
     # -- workload plumbing --
@@ -288,7 +298,6 @@ class Simulation:
     def _coflow_done(self, coflow: _Coflow) -> None:
         self.result.cct_s[coflow.key] = self.now_s - coflow.release_s
         self._coflows.pop(coflow.uid, None)
-        self._thresholds.pop(coflow.uid, None)
         self._rerank_needed = True
         e, t = coflow.experiment, coflow.trial
         experiment = self.workload.experiments[e]
@@ -372,13 +381,17 @@ class Simulation:
         )
         return matrix.reshape(len(uids), ports)
 
+    def _rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Active uids and each entry's row among them."""
+        uids = self._active_uids()
+        return uids, np.searchsorted(uids, self._owner)
+
     def _rerank(self) -> None:
         self.result.reranks += 1
-        uids = self._active_uids()
-        rows = np.searchsorted(uids, self._owner)
+        uids, rows = self._rows()
         snapshot = self._snapshot(uids, rows)
         ranking = self.policy.rank(snapshot)
-        uid_of = {self._coflows[uid].key: uid for uid in uids.tolist()}
+        row_of_key = {state.key: row for row, state in enumerate(snapshot.coflows)}
         group_bytes = None
         if self.config.strategy == "equal-demand":
             left = {c.key: c.remaining_bytes for c in snapshot.coflows}
@@ -386,34 +399,34 @@ class Simulation:
         classes = group_classes(
             len(ranking.groups), self.config.num_classes, self.config.strategy, group_bytes
         )
-        self._coflow_class = {}
-        self._coflow_rank = {}
-        position = 0
-        for group, cls in zip(ranking.groups, classes, strict=True):
-            for key in group:
-                uid = uid_of[key]
-                self._coflow_class[uid] = cls
-                self._coflow_rank[uid] = position
-                position += 1
-        if len(self._coflow_class) != len(uids):
+        ranked_rows = np.array(
+            [row_of_key[key] for group in ranking.groups for key in group], dtype=np.int64
+        )
+        ranked = np.bincount(ranked_rows, minlength=len(uids))
+        if len(ranked_rows) != len(uids) or (len(ranked) and ranked.max() > 1):
             raise RuntimeError(
-                f"policy {self.policy.name} ranked {position} of {len(uids)} coflows"
+                f"policy {self.policy.name} ranked {int(np.count_nonzero(ranked))} "
+                f"of {len(uids)} coflows"
             )
-        self._thresholds = {}
-        for state in snapshot.coflows:
-            threshold = self.policy.next_rerank_sent_bytes(state)
-            if threshold is not None:
-                self._thresholds[uid_of[state.key]] = threshold
+        self._class_of_row = np.empty(len(uids), dtype=np.int64)
+        self._class_of_row[ranked_rows] = np.repeat(
+            np.asarray(classes, dtype=np.int64), [len(group) for group in ranking.groups]
+        )
+        self._rank_of_row = np.empty(len(uids), dtype=np.int64)
+        self._rank_of_row[ranked_rows] = np.arange(len(uids))
+        self._threshold_of_row = None
+        if self._progress_thresholds:
+            thresholds = [self.policy.next_rerank_sent_bytes(c) for c in snapshot.coflows]
+            if any(t is not None for t in thresholds):
+                self._threshold_of_row = np.array(
+                    [np.nan if t is None else t for t in thresholds], dtype=float
+                )
         self._rerank_needed = False
 
     def _class_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active uids, each entry's coflow row, and each coflow's class and rank."""
-        uids = self._active_uids()
-        rows = np.searchsorted(uids, self._owner)
-        uid_list = uids.tolist()
-        coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
-        ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
-        return uids, rows, coflow_classes, ranks
+        uids, rows = self._rows()
+        return uids, rows, self._class_of_row, self._rank_of_row
 
     def _allocate(self) -> None:
         if len(self._owner) == 0:
@@ -499,15 +512,16 @@ class Simulation:
         return self.now_s + float((self._remaining[moving] / self._rates[moving]).min())
 
     def _next_threshold_s(self) -> float:
-        if not self._thresholds or len(self._rates) == 0:
+        thresholds = self._threshold_of_row
+        if thresholds is None or len(self._rates) == 0:
             return np.inf
-        uids = self._active_uids()
-        coflow_rate = np.bincount(np.searchsorted(uids, self._owner), self._rates, len(uids))
+        uids, rows = self._rows()
+        coflow_rate = np.bincount(rows, self._rates, len(uids))
         best = np.inf
-        for row, uid in enumerate(uids.tolist()):
-            threshold = self._thresholds.get(uid)
-            rate = coflow_rate[row]
-            if threshold is None or rate <= 0:
+        for uid, threshold, rate in zip(
+            uids.tolist(), thresholds.tolist(), coflow_rate.tolist(), strict=True
+        ):
+            if math.isnan(threshold) or rate <= 0:
                 continue
             gap = threshold - self._coflows[uid].sent_bytes
             best = min(best, self.now_s + max(gap, 0.0) / rate)

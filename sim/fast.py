@@ -123,7 +123,7 @@ class FastSimulation(Simulation):
         self._dirty = np.zeros(0, dtype=np.uint8)
         """Per coflow row: 1 if a flow of it moved since the last flush."""
         self._moved_uids: set[int] = set()
-        """Coflows that moved since the last snapshot (flushed rows)."""
+        """Coflows whose sent bytes or flows left changed since the last snapshot."""
         self._moving: np.ndarray | None = None
         """The entries with a rate (None: not known, find them in the rates)."""
         self._row_rate: np.ndarray | None = None
@@ -161,7 +161,6 @@ class FastSimulation(Simulation):
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None
-        self._threshold_rows: np.ndarray | None = None
         self._coflow_states: dict[int, CoflowState] = {}
         self._experiment_states: dict[int, ExperimentState] = {}
 
@@ -194,7 +193,6 @@ class FastSimulation(Simulation):
             self._classes = None
             self._members = None
             self._row_rate = None
-            self._threshold_rows = None
         return self._uids, self._row
 
     def _keep_rows(self, keep: np.ndarray) -> None:
@@ -224,7 +222,6 @@ class FastSimulation(Simulation):
         self._uids = None
         self._classes = None
         self._row_rate = None
-        self._threshold_rows = None
 
     def _append_rows(self, parts: list[tuple[np.ndarray, ...]]) -> None:
         self._forget_rows()
@@ -287,6 +284,7 @@ class FastSimulation(Simulation):
             count = finished[uid]
             coflow = self._coflows[uid]
             coflow.flows_left -= count
+            self._moved_uids.add(uid)  # a flow may finish without moving (see _check_all)
             if coflow.flows_left == 0:
                 self._flush_sent()
                 coflow.sent_bytes = coflow.total_bytes
@@ -299,11 +297,11 @@ class FastSimulation(Simulation):
         super()._coflow_done(coflow)
 
     def _rerank(self) -> None:
-        self._forget_rows()
-        self._rows()  # drops finished entries, whose coflows may be gone
+        # The rows stay while the same coflows are active (a coflow's coming or going
+        # forgets them); the snapshot needs the sent bytes.
+        self._flush_sent()
         super()._rerank()
         self._classes = None
-        self._threshold_rows = None
 
     def _moving_entries(self) -> np.ndarray:
         """The entries with a rate (from the allocation, else found in the rates)."""
@@ -351,25 +349,17 @@ class FastSimulation(Simulation):
 
     def _next_threshold_s(self) -> float:
         """The first instant a coflow's sent bytes reach its re-ranking threshold."""
-        if not self._thresholds or len(self._rates) == 0:
+        thresholds = self._threshold_of_row
+        if thresholds is None or len(self._rates) == 0:
             return np.inf
         uids, _ = self._rows()
-        if self._threshold_rows is None:
-            thresholds = np.full(len(uids), np.nan)
-            for row, uid in enumerate(uids.tolist()):
-                threshold = self._thresholds.get(uid)
-                if threshold is not None:
-                    thresholds[row] = threshold
-            self._threshold_rows = thresholds
         if self._row_rate is None:
             _, rows = self._rows()
             self._row_rate = kernels.row_rates(
                 self._rates, rows, self._moving_entries(), self._flow_start, self._flows, len(uids)
             )
         coflow_rate = self._row_rate
-        return float(
-            kernels.first_threshold_s(self._threshold_rows, self._sent, coflow_rate, self.now_s)
-        )
+        return float(kernels.first_threshold_s(thresholds, self._sent, coflow_rate, self.now_s))
 
     def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return kernels.remaining_by_port(
@@ -381,17 +371,12 @@ class FastSimulation(Simulation):
         the last snapshot (a blocked coflow, under contention most of them) keeps its state."""
         matrix = self._remaining_by_port(uids, rows)
         previous = self._coflow_states
+        changed = self._moved_uids
         current: dict[int, CoflowState] = {}
-        states = []
         for row, uid in enumerate(uids.tolist()):
-            coflow = self._coflows[uid]
             state = previous.get(uid)
-            if (
-                state is None
-                or state.sent_bytes != coflow.sent_bytes
-                or state.num_flows != coflow.flows_left
-                or uid in self._moved_uids
-            ):
+            if state is None or uid in changed:
+                coflow = self._coflows[uid]
                 state = CoflowState(
                     key=coflow.key,
                     arrival_s=coflow.release_s,
@@ -401,9 +386,10 @@ class FastSimulation(Simulation):
                     num_flows=coflow.flows_left,
                 )
             current[uid] = state
-            states.append(state)
+        if self.verify:
+            self._check_states(current)
         self._coflow_states = current
-        self._moved_uids.clear()
+        changed.clear()
         experiments = {}
         for e, run in enumerate(self._runs):
             if run.stage_index < 0:
@@ -427,20 +413,25 @@ class FastSimulation(Simulation):
             now_s=self.now_s,
             num_hosts=self.num_hosts,
             port_capacity_bps=self.capacity_bps,
-            coflows=tuple(states),
+            coflows=tuple(current.values()),
             experiments=experiments,
             num_classes=self.config.num_classes,
         )
+
+    def _check_states(self, states: dict[int, CoflowState]) -> None:
+        """Raise if a kept state differs from its coflow (a change went unmarked)."""
+        for uid, state in states.items():
+            coflow = self._coflows[uid]
+            if state.sent_bytes != coflow.sent_bytes or state.num_flows != coflow.flows_left:
+                raise RuntimeError(f"coflow {coflow.key} changed without being marked")
 
     def _class_order(self) -> tuple[np.ndarray, ...]:
         """Cached until the ranking or the coflows change: entries in class order
         (highest first), where each class starts, each entry's sorted position, sender,
         receiver and flows per entry in that order, and each coflow row's class and rank."""
         if self._classes is None:
-            uids, rows = self._rows()
-            uid_list = uids.tolist()
-            coflow_classes = np.array([self._coflow_class[u] for u in uid_list], dtype=np.int64)
-            ranks = np.array([self._coflow_rank[u] for u in uid_list], dtype=np.int64)
+            _, rows = self._rows()
+            coflow_classes, ranks = self._class_of_row, self._rank_of_row
             order, starts = kernels.class_order(coflow_classes[rows])
             position = np.empty(len(order), dtype=np.int64)
             position[order] = np.arange(len(order))
