@@ -167,6 +167,9 @@ class Simulation:
         self._next_uid = 0
         self._next_flow_id = 0
         self._runs = [_ExperimentRun() for _ in workload.experiments]
+        self._changed_runs: set[int] = set()
+        """Experiments whose run (stage, release or iterations done) changed since the
+        last snapshot that looked (:mod:`sim.fast` rebuilds only their states)."""
         self._trial_flows: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
         # Active flows, one entry per flow, in release order.
         self._src = np.zeros(0, dtype=np.int64)
@@ -234,6 +237,7 @@ class Simulation:
     def _release_stage(self, e: int, stage_index: int) -> None:
         experiment = self.workload.experiments[e]
         run = self._runs[e]
+        self._changed_runs.add(e)
         if stage_index >= len(experiment.stages):
             self.result.experiment_completion_s[experiment.experiment_id] = (
                 self.now_s - experiment.arrival_s
@@ -305,6 +309,7 @@ class Simulation:
         stage_index = run.stage_index
         trial = experiment.stages[stage_index].trials[t]
         run.iterations_done[trial.trial_id] += 1
+        self._changed_runs.add(e)
         if run.iterations_done[trial.trial_id] < trial.iterations:
             self._push(self.now_s + trial.compute_s, _RELEASE, (e, stage_index, t))
             return

@@ -163,6 +163,8 @@ class FastSimulation(Simulation):
         self._members: tuple[np.ndarray, np.ndarray] | None = None
         self._coflow_states: dict[int, CoflowState] = {}
         self._experiment_states: dict[int, ExperimentState] = {}
+        """The running experiments' states by index in the workload."""
+        self._experiment_order: list[int] = []
 
     def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:
         return merge_flows(network, self.num_hosts, merge=self._merge)
@@ -390,25 +392,7 @@ class FastSimulation(Simulation):
             self._check_states(current)
         self._coflow_states = current
         changed.clear()
-        experiments = {}
-        for e, run in enumerate(self._runs):
-            if run.stage_index < 0:
-                continue
-            cached = self._experiment_states.get(e)
-            if (
-                cached is None
-                or cached.stage_index != run.stage_index
-                or cached.stage_release_s != run.stage_release_s
-                or cached.iterations_done != run.iterations_done
-            ):
-                cached = ExperimentState(
-                    experiment=self.workload.experiments[e],
-                    stage_index=run.stage_index,
-                    stage_release_s=run.stage_release_s,
-                    iterations_done=dict(run.iterations_done),
-                )
-                self._experiment_states[e] = cached
-            experiments[cached.experiment.experiment_id] = cached
+        experiments = self._experiments_view()
         return Snapshot(
             now_s=self.now_s,
             num_hosts=self.num_hosts,
@@ -417,6 +401,46 @@ class FastSimulation(Simulation):
             experiments=experiments,
             num_classes=self.config.num_classes,
         )
+
+    def _experiments_view(self) -> dict[int, ExperimentState]:
+        """The running experiments' states by id, in workload order; only the runs
+        marked changed get a new state."""
+        changed = sorted(self._changed_runs)
+        self._changed_runs.clear()
+        states = self._experiment_states
+        membership = False
+        for e in changed:
+            run = self._runs[e]
+            if run.stage_index < 0:
+                membership |= states.pop(e, None) is not None
+                continue
+            membership |= e not in states
+            states[e] = ExperimentState(
+                experiment=self.workload.experiments[e],
+                stage_index=run.stage_index,
+                stage_release_s=run.stage_release_s,
+                iterations_done=dict(run.iterations_done),
+            )
+        if membership:
+            self._experiment_order = sorted(states)
+        view = {states[e].experiment.experiment_id: states[e] for e in self._experiment_order}
+        if self.verify:
+            self._check_experiments(view)
+        return view
+
+    def _check_experiments(self, view: dict[int, ExperimentState]) -> None:
+        """Raise if a kept experiment state differs from its run (a change went unmarked)."""
+        running = [e for e, run in enumerate(self._runs) if run.stage_index >= 0]
+        if [self.workload.experiments[e].experiment_id for e in running] != list(view):
+            raise RuntimeError("the running experiments differ from the snapshot's")
+        for e in running:
+            run, state = self._runs[e], self._experiment_states[e]
+            if (
+                state.stage_index != run.stage_index
+                or state.stage_release_s != run.stage_release_s
+                or state.iterations_done != run.iterations_done
+            ):
+                raise RuntimeError(f"experiment {e} changed without being marked")
 
     def _check_states(self, states: dict[int, CoflowState]) -> None:
         """Raise if a kept state differs from its coflow (a change went unmarked)."""

@@ -11,7 +11,7 @@ import pytest
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import POLICIES, get_policy, is_search
 from sim import kernels
-from sim.engine import SimConfig, SimResult, simulate
+from sim.engine import SimConfig, SimResult, _Coflow, simulate
 from sim.fast import FastSimulation
 
 GBIT = 1e9
@@ -224,6 +224,36 @@ def test_the_check_catches_a_wrong_refill() -> None:
 
     with pytest.raises(RuntimeError, match="incremental allocation"):
         Wrong(workload, get_policy("fifo"), SimConfig(), verify=True).run()
+
+
+def test_the_check_catches_a_coflow_state_kept_after_its_flows_changed() -> None:
+    # A snapshot rebuilds only the coflows marked changed: forgetting the mark that a
+    # flow's completion sets must be caught.
+    workload = crowded(0)
+
+    class Forgetful(FastSimulation):
+        def _finish_flows(self) -> bool:
+            moved = set(self._moved_uids)
+            finished = super()._finish_flows()
+            self._moved_uids &= moved
+            return finished
+
+    with pytest.raises(RuntimeError, match="changed without being marked"):
+        Forgetful(workload, get_policy("fifo"), SimConfig(), verify=True).run()
+
+
+def test_the_check_catches_an_experiment_state_kept_after_its_run_changed() -> None:
+    # Experiment states are rebuilt only for runs marked changed: an iteration counted
+    # without the mark must be caught.
+    workload = crowded(0)
+
+    class Forgetful(FastSimulation):
+        def _coflow_done(self, coflow: _Coflow) -> None:
+            super()._coflow_done(coflow)
+            self._changed_runs.discard(coflow.experiment)
+
+    with pytest.raises(RuntimeError, match="changed without being marked"):
+        Forgetful(workload, get_policy("fifo"), SimConfig(), verify=True).run()
 
 
 def test_run_ends_mark_each_receiver_run_within_its_class() -> None:
