@@ -34,6 +34,7 @@ from control.policies.base import (
     BasePolicy,
     CoflowState,
     ExperimentState,
+    PortVector,
     Ranking,
     Snapshot,
     add_port_bytes,
@@ -87,6 +88,29 @@ def _duty_cycles(snapshot: Snapshot, demand: np.ndarray, path_s: np.ndarray) -> 
     network_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
     alone_s = np.maximum(path_s, network_s)
     return np.divide(network_s, alone_s, out=np.ones_like(network_s), where=alone_s > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _PlanPart:
+    """What a unit's plan adds to its running coflows' demand, and what it depends on:
+    the experiment state (a new object whenever it changes) and the running trials."""
+
+    state: ExperimentState
+    active_trials: frozenset[int]
+    inputs: tuple[int, int, bool, float]
+    """Hosts, ports, ``future_stages`` and ``future_weight`` at the time."""
+    left: np.ndarray
+    """Each trial's iterations still to release, in plan order."""
+    per_iteration: np.ndarray
+    sync_left: list[tuple[int, float]]
+    """Each running trial's bytes in the iterations it has still to release."""
+    future: np.ndarray | None
+    """The stages after the running one, weighted (None: not counted)."""
+
+    def holds_for(
+        self, state: ExperimentState, active_trials: set[int], inputs: tuple[int, int, bool, float]
+    ) -> bool:
+        return self.state is state and self.inputs == inputs and self.active_trials == active_trials
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +220,7 @@ class BeamerPolicy(BasePolicy):
         self._future: dict[tuple[int, int], np.ndarray] = {}
         self._stage_plan: dict[tuple[int, int], _StagePlan] = {}
         self._unit_cache: dict[tuple[int, ...], _UnitDemand] = {}
+        self._plan_parts: dict[tuple[int, ...], _PlanPart] = {}
         self._alone_s: dict[tuple[int, int], float] = {}
         self._iteration_cache: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
 
@@ -278,29 +303,60 @@ class BeamerPolicy(BasePolicy):
         trial_bytes: dict[int, float] = defaultdict(float)
         active_trials: set[int] = set()
         for coflow in coflows:
-            add_port_bytes(vector, coflow.remaining_by_port)
-            trial_bytes[coflow.key.trial_id] += coflow.remaining_bytes
-            active_trials.add(coflow.key.trial_id)
+            by_port = coflow.remaining_by_port
+            if type(by_port) is PortVector and len(by_port.array) == ports:
+                vector += by_port.array  # the common case, spared a call per coflow
+            else:
+                add_port_bytes(vector, by_port)
+            trial_id = coflow.key.trial_id
+            trial_bytes[trial_id] += coflow.total_bytes - coflow.sent_bytes
+            active_trials.add(trial_id)
         state = snapshot.experiments.get(unit[0])
         if state is None:
             return vector, trial_bytes
+        part = self._plan_parts.get(unit)
+        inputs = (snapshot.num_hosts, ports, self.future_stages, self.future_weight)
+        if part is None or not part.holds_for(state, active_trials, inputs):
+            part = self._plan_part(state, active_trials, inputs)
+            self._plan_parts[unit] = part
+        add_iterations(vector, part.left, part.per_iteration)
+        for trial_id, sync_bytes in part.sync_left:
+            trial_bytes[trial_id] += sync_bytes
+        if part.future is not None:
+            vector += part.future
+        return vector, trial_bytes
+
+    def _plan_part(
+        self, state: ExperimentState, active_trials: set[int], inputs: tuple[int, int, bool, float]
+    ) -> _PlanPart:
+        """The part of a unit's demand its plan still holds, beyond its running coflows."""
+        num_hosts, ports, future_stages, future_weight = inputs
         experiment = state.experiment
         done_by_trial = state.iterations_done
-        plan = self._stage_trials(experiment, state.stage_index, snapshot.num_hosts, ports)
+        plan = self._stage_trials(experiment, state.stage_index, num_hosts, ports)
         left = [
             iterations - done_by_trial.get(trial_id, 0) - (1 if trial_id in active_trials else 0)
             for trial_id, iterations in zip(plan.trial_ids, plan.iterations, strict=True)
         ]
-        add_iterations(vector, np.array(left, dtype=float), plan.per_iteration)
+        sync_left: list[tuple[int, float]] = []
         for trial_id in active_trials:
             index = plan.index.get(trial_id)
             if index is not None and left[index] > 0:
-                trial_bytes[trial_id] += left[index] * plan.sync_bytes[index]
-        if self.future_stages:
-            vector += self.future_weight * self._future_vector(
-                experiment, state.stage_index, snapshot.num_hosts, ports
+                sync_left.append((trial_id, left[index] * plan.sync_bytes[index]))
+        future = None
+        if future_stages:
+            future = future_weight * self._future_vector(
+                experiment, state.stage_index, num_hosts, ports
             )
-        return vector, trial_bytes
+        return _PlanPart(
+            state,
+            frozenset(active_trials),
+            inputs,
+            np.array(left, dtype=float),
+            plan.per_iteration,
+            sync_left,
+            future,
+        )
 
     def _compute_left_s(self, snapshot: Snapshot, unit: tuple[int, ...]) -> float:
         state = snapshot.experiments.get(unit[0])
@@ -463,6 +519,8 @@ class BeamerPolicy(BasePolicy):
                 weight *= stages_left**self.stage_exponent
             weights.append(weight)
         self._unit_cache = current
+        if len(self._plan_parts) > 2 * len(current):
+            self._plan_parts = {u: p for u, p in self._plan_parts.items() if u in current}
         demand = np.vstack(demands)
         if self.compute_weight:
             # One more "port": the compute still on the experiment's critical path.
