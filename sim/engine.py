@@ -169,7 +169,10 @@ class Simulation:
         self._runs = [_ExperimentRun() for _ in workload.experiments]
         self._changed_runs: set[int] = set()
         """Experiments whose run (stage, release or iterations done) changed since the
-        last snapshot that looked (:mod:`sim.fast` rebuilds only their states)."""
+        last snapshot (only their states are rebuilt)."""
+        self._experiment_states: dict[int, ExperimentState] = {}
+        """The running experiments' states by index in the workload."""
+        self._experiment_order: list[int] = []
         self._trial_flows: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
         # Active flows, one entry per flow, in release order.
         self._src = np.zeros(0, dtype=np.int64)
@@ -341,39 +344,52 @@ class Simulation:
         return np.fromiter(self._coflows, dtype=np.int64, count=len(self._coflows))
 
     def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
-        matrix = self._remaining_by_port(uids, rows)
-        states = []
-        for row, uid in enumerate(uids.tolist()):
-            coflow = self._coflows[uid]
-            states.append(
-                CoflowState(
-                    key=coflow.key,
-                    arrival_s=coflow.release_s,
-                    total_bytes=coflow.total_bytes,
-                    sent_bytes=coflow.sent_bytes,
-                    remaining_by_port=PortVector(matrix[row]),
-                    num_flows=coflow.flows_left,
-                )
-            )
-        experiments = {}
-        for e, run in enumerate(self._runs):
-            if run.stage_index < 0:
-                continue
-            experiment = self.workload.experiments[e]
-            experiments[experiment.experiment_id] = ExperimentState(
-                experiment=experiment,
-                stage_index=run.stage_index,
-                stage_release_s=run.stage_release_s,
-                iterations_done=dict(run.iterations_done),
-            )
         return Snapshot(
             now_s=self.now_s,
             num_hosts=self.num_hosts,
             port_capacity_bps=self.capacity_bps,
-            coflows=tuple(states),
-            experiments=experiments,
+            coflows=self._coflow_states(uids, self._remaining_by_port(uids, rows)),
+            experiments=self._experiments_view(),
             num_classes=self.config.num_classes,
         )
+
+    def _coflow_state(self, uid: int, remaining_by_port: np.ndarray) -> CoflowState:
+        coflow = self._coflows[uid]
+        return CoflowState(
+            key=coflow.key,
+            arrival_s=coflow.release_s,
+            total_bytes=coflow.total_bytes,
+            sent_bytes=coflow.sent_bytes,
+            remaining_by_port=PortVector(remaining_by_port),
+            num_flows=coflow.flows_left,
+        )
+
+    def _coflow_states(self, uids: np.ndarray, matrix: np.ndarray) -> tuple[CoflowState, ...]:
+        """The active coflows' states, in uid order (``matrix``: remaining bytes by port)."""
+        return tuple(self._coflow_state(uid, matrix[row]) for row, uid in enumerate(uids.tolist()))
+
+    def _experiments_view(self) -> dict[int, ExperimentState]:
+        """The running experiments' states by id, in workload order; only the runs
+        marked changed get a new state."""
+        changed = sorted(self._changed_runs)
+        self._changed_runs.clear()
+        states = self._experiment_states
+        membership = False
+        for e in changed:
+            run = self._runs[e]
+            if run.stage_index < 0:
+                membership |= states.pop(e, None) is not None
+                continue
+            membership |= e not in states
+            states[e] = ExperimentState(
+                experiment=self.workload.experiments[e],
+                stage_index=run.stage_index,
+                stage_release_s=run.stage_release_s,
+                iterations_done=dict(run.iterations_done),
+            )
+        if membership:
+            self._experiment_order = sorted(states)
+        return {states[e].experiment.experiment_id: states[e] for e in self._experiment_order}
 
     def _remaining_by_port(self, uids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Coflows × ports: each flow's remaining bytes weigh on its sender and its receiver
@@ -473,8 +489,8 @@ class Simulation:
                         self.now_s, until_s, self._flow_id, self._src, self._dst, self._rates
                     )
                 )
-            uids = self._active_uids()
-            sent = np.bincount(np.searchsorted(uids, self._owner), moved, len(uids))
+            uids, rows = self._rows()
+            sent = np.bincount(rows, moved, len(uids))
             for uid, amount in zip(uids.tolist(), sent.tolist(), strict=True):
                 self._coflows[uid].sent_bytes += amount
         self.now_s = until_s

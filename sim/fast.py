@@ -44,8 +44,6 @@ from control.policies.base import (
     BasePolicy,
     CoflowState,
     ExperimentState,
-    PortVector,
-    Snapshot,
 )
 from sim import kernels
 from sim.allocate import RELATIVE_TOLERANCE
@@ -161,10 +159,7 @@ class FastSimulation(Simulation):
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None
-        self._coflow_states: dict[int, CoflowState] = {}
-        self._experiment_states: dict[int, ExperimentState] = {}
-        """The running experiments' states by index in the workload."""
-        self._experiment_order: list[int] = []
+        self._coflow_states_by_uid: dict[int, CoflowState] = {}
 
     def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:
         return merge_flows(network, self.num_hosts, merge=self._merge)
@@ -354,9 +349,8 @@ class FastSimulation(Simulation):
         thresholds = self._threshold_of_row
         if thresholds is None or len(self._rates) == 0:
             return np.inf
-        uids, _ = self._rows()
+        uids, rows = self._rows()
         if self._row_rate is None:
-            _, rows = self._rows()
             self._row_rate = kernels.row_rates(
                 self._rates, rows, self._moving_entries(), self._flow_start, self._flows, len(uids)
             )
@@ -368,62 +362,25 @@ class FastSimulation(Simulation):
             self._remaining, self._src, self._dst, rows, self._flows, len(uids), self.num_ports
         )
 
-    def _snapshot(self, uids: np.ndarray, rows: np.ndarray) -> Snapshot:
-        """As :meth:`Simulation._snapshot`; a coflow or experiment that has not changed since
-        the last snapshot (a blocked coflow, under contention most of them) keeps its state."""
-        matrix = self._remaining_by_port(uids, rows)
-        previous = self._coflow_states
+    def _coflow_states(self, uids: np.ndarray, matrix: np.ndarray) -> tuple[CoflowState, ...]:
+        """As :meth:`Simulation._coflow_states`; a coflow that has not changed since the
+        last snapshot (a blocked coflow, under contention most of them) keeps its state."""
+        previous = self._coflow_states_by_uid
         changed = self._moved_uids
         current: dict[int, CoflowState] = {}
         for row, uid in enumerate(uids.tolist()):
             state = previous.get(uid)
             if state is None or uid in changed:
-                coflow = self._coflows[uid]
-                state = CoflowState(
-                    key=coflow.key,
-                    arrival_s=coflow.release_s,
-                    total_bytes=coflow.total_bytes,
-                    sent_bytes=coflow.sent_bytes,
-                    remaining_by_port=PortVector(matrix[row]),
-                    num_flows=coflow.flows_left,
-                )
+                state = self._coflow_state(uid, matrix[row])
             current[uid] = state
         if self.verify:
             self._check_states(current)
-        self._coflow_states = current
+        self._coflow_states_by_uid = current
         changed.clear()
-        experiments = self._experiments_view()
-        return Snapshot(
-            now_s=self.now_s,
-            num_hosts=self.num_hosts,
-            port_capacity_bps=self.capacity_bps,
-            coflows=tuple(current.values()),
-            experiments=experiments,
-            num_classes=self.config.num_classes,
-        )
+        return tuple(current.values())
 
     def _experiments_view(self) -> dict[int, ExperimentState]:
-        """The running experiments' states by id, in workload order; only the runs
-        marked changed get a new state."""
-        changed = sorted(self._changed_runs)
-        self._changed_runs.clear()
-        states = self._experiment_states
-        membership = False
-        for e in changed:
-            run = self._runs[e]
-            if run.stage_index < 0:
-                membership |= states.pop(e, None) is not None
-                continue
-            membership |= e not in states
-            states[e] = ExperimentState(
-                experiment=self.workload.experiments[e],
-                stage_index=run.stage_index,
-                stage_release_s=run.stage_release_s,
-                iterations_done=dict(run.iterations_done),
-            )
-        if membership:
-            self._experiment_order = sorted(states)
-        view = {states[e].experiment.experiment_id: states[e] for e in self._experiment_order}
+        view = super()._experiments_view()
         if self.verify:
             self._check_experiments(view)
         return view
