@@ -34,7 +34,6 @@ from control.policies.base import (
     BasePolicy,
     CoflowState,
     ExperimentState,
-    PortVector,
     Ranking,
     Snapshot,
     add_port_bytes,
@@ -303,14 +302,9 @@ class BeamerPolicy(BasePolicy):
         trial_bytes: dict[int, float] = defaultdict(float)
         active_trials: set[int] = set()
         for coflow in coflows:
-            by_port = coflow.remaining_by_port
-            if type(by_port) is PortVector and len(by_port.array) == ports:
-                vector += by_port.array  # the common case, spared a call per coflow
-            else:
-                add_port_bytes(vector, by_port)
-            trial_id = coflow.key.trial_id
-            trial_bytes[trial_id] += coflow.total_bytes - coflow.sent_bytes
-            active_trials.add(trial_id)
+            add_port_bytes(vector, coflow.remaining_by_port)
+            trial_bytes[coflow.key.trial_id] += coflow.remaining_bytes
+            active_trials.add(coflow.key.trial_id)
         state = snapshot.experiments.get(unit[0])
         if state is None:
             return vector, trial_bytes
