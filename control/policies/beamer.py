@@ -20,6 +20,7 @@ forgetting the future stages.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ def _duty_cycles(snapshot: Snapshot, demand: np.ndarray, path_s: np.ndarray) -> 
     return np.divide(network_s, alone_s, out=np.ones_like(network_s), where=alone_s > 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _PlanPart:
     """What a unit's plan adds to its running coflows' demand, and what it depends on:
     the experiment state (a new object whenever it changes) and the running trials."""
@@ -112,9 +113,10 @@ class _PlanPart:
         return self.state is state and self.inputs == inputs and self.active_trials == active_trials
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _UnitDemand:
-    """A unit's demand as last computed, and the states it was computed from."""
+    """A unit's demand as last computed, and the states it was computed from (a cache
+    record, built thousands of times a run: not frozen, which costs a setattr per field)."""
 
     coflows: tuple[CoflowState, ...]
     state: ExperimentState | None
@@ -136,7 +138,7 @@ class _UnitDemand:
             self.state is state
             and self.inputs == inputs
             and len(self.coflows) == len(coflows)
-            and all(old is new for old, new in zip(self.coflows, coflows, strict=True))
+            and all(map(operator.is_, self.coflows, coflows))
         )
 
 
@@ -299,12 +301,12 @@ class BeamerPolicy(BasePolicy):
         """Remaining per-port demand of ``unit`` and each running trial's remaining bytes."""
         ports = len(snapshot.port_capacity_bps)
         vector = np.zeros(ports)
-        trial_bytes: dict[int, float] = defaultdict(float)
-        active_trials: set[int] = set()
+        trial_bytes: dict[int, float] = {}
         for coflow in coflows:
             add_port_bytes(vector, coflow.remaining_by_port)
-            trial_bytes[coflow.key.trial_id] += coflow.remaining_bytes
-            active_trials.add(coflow.key.trial_id)
+            trial_id = coflow.key.trial_id
+            trial_bytes[trial_id] = trial_bytes.get(trial_id, 0.0) + coflow.remaining_bytes
+        active_trials = set(trial_bytes)
         state = snapshot.experiments.get(unit[0])
         if state is None:
             return vector, trial_bytes
@@ -464,8 +466,9 @@ class BeamerPolicy(BasePolicy):
 
     def rank(self, snapshot: Snapshot) -> Ranking:
         members: dict[tuple[int, ...], list[CoflowState]] = defaultdict(list)
+        unit_of = self._unit_of
         for coflow in snapshot.coflows:
-            members[self._unit_of(coflow.key)].append(coflow)
+            members[unit_of(coflow.key)].append(coflow)
         units = sorted(members)
         if not units:
             return Ranking(())
@@ -492,7 +495,11 @@ class BeamerPolicy(BasePolicy):
             if entry is None or not reuse or not entry.holds_for(coflows, state, inputs):
                 vector, by_trial = self._demand(unit, coflows, snapshot)
                 # Inside a unit the critical trial (most remaining bytes) comes first.
-                ordered = sorted(coflows, key=lambda c: (-by_trial[c.key.trial_id], c.key))
+                ordered = (
+                    sorted(coflows, key=lambda c: (-by_trial[c.key.trial_id], c.key))
+                    if len(coflows) > 1
+                    else coflows
+                )
                 path_s = 0.0
                 if self.duty_exponent is not None and state is not None:
                     path_s = self._path_left_s(snapshot, state, coflows)
@@ -515,7 +522,7 @@ class BeamerPolicy(BasePolicy):
         self._unit_cache = current
         if len(self._plan_parts) > 2 * len(current):
             self._plan_parts = {u: p for u, p in self._plan_parts.items() if u in current}
-        demand = np.vstack(demands)
+        demand = np.array(demands)
         if self.compute_weight:
             # One more "port": the compute still on the experiment's critical path.
             rate = max(snapshot.port_capacity_bps) / 8.0
@@ -534,26 +541,25 @@ class BeamerPolicy(BasePolicy):
             order = [int(i) for i in np.lexsort((np.arange(len(units)), bottleneck_s))]
         if self.starvation_guard is not None:
             order = self._starved_first(order, units, snapshot)
-        groups: list[tuple[CoflowKey, ...]] = []
-        load_s = np.zeros(len(units))
-        if self.merge_ratio is not None:
+        groups: list[tuple[CoflowKey, ...]]
+        if self.split_trials:
+            groups = [(key,) for index in order for key in critical[index]]
+        elif self.merge_ratio is None:
+            groups = [critical[index] for index in order]
+        else:
+            groups = []
             capacity = np.asarray(snapshot.port_capacity_bps) / 8.0
             load_s = (demand[:, : len(capacity)] / capacity).max(axis=1)
-        head_s = -1.0
-        for index in order:
-            critical_first = critical[index]
-            if self.split_trials:
-                groups.extend((key,) for key in critical_first)
-            elif (
-                self.merge_ratio is not None
-                and groups
-                and head_s / self.merge_ratio <= load_s[index] <= self.merge_ratio * head_s
-            ):
-                # Nearly equal remaining demand: share the class with the group's head.
-                groups[-1] = groups[-1] + critical_first
-            else:
-                groups.append(critical_first)
-                head_s = float(load_s[index])
+            head_s = -1.0
+            ratio = self.merge_ratio
+            for index in order:
+                critical_first = critical[index]
+                if groups and head_s / ratio <= load_s[index] <= ratio * head_s:
+                    # Nearly equal remaining demand: share the class with the group's head.
+                    groups[-1] = groups[-1] + critical_first
+                else:
+                    groups.append(critical_first)
+                    head_s = float(load_s[index])
         if self.coflow_tail is not None and len(groups) > self.coflow_tail:
             groups = self._with_coflow_tail(groups, self.coflow_tail, snapshot)
         if self.max_groups is not None and len(groups) > self.max_groups:
