@@ -133,6 +133,11 @@ class FastSimulation(Simulation):
         self._entry_in_order = np.zeros(0, dtype=np.bool_)
         """Per entry: that of its coflow."""
         self._done = np.zeros(0, dtype=np.int64)
+        self._finished_owner = np.zeros(0, dtype=np.int64)
+        """Scratch for :func:`kernels.finish_entries`: each retired entry's owner, flows
+        and sorted position."""
+        self._finished_count = np.zeros(0, dtype=np.int64)
+        self._finished_position = np.zeros(0, dtype=np.int64)
         self._num_done = -1
         """Entries found done by the last :meth:`_advance` (-1: it did not run)."""
         self._scratch = np.zeros(0)
@@ -244,38 +249,53 @@ class FastSimulation(Simulation):
 
     def _finish_flows(self) -> bool:
         """As :meth:`Simulation._finish_flows`, but finished entries only get ``mult`` 0."""
+        done = self._done
         if self._check_all:
             done = kernels.completed(
                 self._remaining, self._tol, np.arange(len(self._remaining), dtype=np.int64)
             )
+            num_done = len(done)
             self._check_all = False
-        elif self._num_done > 0:
-            # Only an entry that moved can have completed; the advance listed them.
-            done = np.sort(self._done[: self._num_done])
         else:
-            done = self._done[:0]
+            # Only an entry that moved can have completed; the advance listed them.
+            num_done = max(self._num_done, 0)
         self._num_done = -1
-        if len(done) == 0:
+        if num_done == 0:
             return False
-        finished_owners = self._owner[done]
-        finished_flows = self._mult[done]
-        self.result.delivered_bytes += float((self._remaining[done] * finished_flows).sum())
-        self._remaining[done] = 0.0
-        self._rates[done] = 0.0
-        self._mult[done] = 0
-        self._tol[done] = -1.0
-        if self._classes is not None:
-            positions = self._classes[2][done]
-            self._classes[5][positions] = 0.0
+        if len(self._finished_owner) < num_done:
+            self._finished_owner = np.empty(2 * num_done, dtype=np.int64)
+            self._finished_count = np.empty(2 * num_done, dtype=np.int64)
+            self._finished_position = np.empty(2 * num_done, dtype=np.int64)
+        classes = self._classes
+        no_order = self._done[:0]
+        held_bytes, first = kernels.finish_entries(
+            done,
+            num_done,
+            self._remaining,
+            self._rates,
+            self._mult,
+            self._tol,
+            self._owner,
+            no_order if classes is None else classes[2],
+            self._remaining[:0] if classes is None else classes[5],
+            no_order if classes is None else classes[1],
+            self._finished_owner,
+            self._finished_count,
+            self._finished_position,
+        )
+        self.result.delivered_bytes += held_bytes
+        finished_flows = self._finished_count[:num_done]
+        if classes is not None:
             if self._logging:
+                positions = self._finished_position[:num_done].copy()
                 self._finished.append((positions, finished_flows.astype(float)))
-            first = int(np.searchsorted(self._classes[1], positions.min(), side="right")) - 1
             self._first_changed = min(self._first_changed, first)
         self._row_rate = None
-        self._dead += len(done)
+        self._dead += num_done
         # Usually one or two entries: plain Python beats numpy's call overhead here.
         finished: dict[int, int] = {}
-        for uid, count in zip(finished_owners.tolist(), finished_flows.tolist(), strict=True):
+        owners = self._finished_owner[:num_done].tolist()
+        for uid, count in zip(owners, finished_flows.tolist(), strict=True):
             finished[uid] = finished.get(uid, 0) + count
         for uid in sorted(finished):
             count = finished[uid]

@@ -267,3 +267,55 @@ def test_run_ends_mark_each_receiver_run_within_its_class() -> None:
         while expected < end and dst[expected] == dst[j]:
             expected += 1
         assert ends[j] == expected, j
+
+
+@pytest.mark.parametrize("span", [1, 3, 50, 10**9])
+def test_class_order_is_a_stable_sort_by_class_highest_first(span: int) -> None:
+    # The counting sort (and, for classes spread wider than the entries, the merge
+    # sort) against numpy's stable argsort; the starts against the class changes.
+    rng = np.random.default_rng(span)
+    for count in (0, 1, 2, 7, 300):
+        classes = rng.integers(0, span, count)
+        order, starts = kernels.class_order(classes)
+        assert np.array_equal(order, np.argsort(-classes, kind="stable"))
+        ordered = classes[order]
+        changes = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        expected = [0, *changes.tolist(), count] if count else [0]
+        assert starts.tolist() == expected
+    floats = kernels.class_order(np.array([0.0, 2.0, 1.0, 2.0]))
+    assert floats[0].tolist() == [1, 3, 2, 0]
+
+
+def test_finish_entries_retires_entries_and_names_the_highest_class_that_lost_one() -> None:
+    rng = np.random.default_rng(11)
+    count = 40
+    remaining = rng.uniform(0.0, 5.0, count)
+    rates = rng.uniform(1.0, 2.0, count)
+    mult = rng.integers(1, 4, count)
+    tolerance = np.full(count, 1e-3)
+    owner = rng.integers(100, 110, count)
+    classes = rng.integers(0, 6, count)
+    order, starts = kernels.class_order(classes)
+    position = np.empty(count, dtype=np.int64)
+    position[order] = np.arange(count)
+    mult_sorted = mult[order].astype(float)
+    done = np.array([31, 4, 17, 0, 0, 0])  # three listed, unsorted, in a larger scratch
+    before = (remaining.copy(), mult.copy())
+    outs = [np.zeros(6, dtype=np.int64) for _ in range(3)]
+    held, first = kernels.finish_entries(
+        done, 3, remaining, rates, mult, tolerance, owner, position, mult_sorted, starts, *outs
+    )
+    retired = [4, 17, 31]
+    assert done[:3].tolist() == retired
+    assert held == pytest.approx(float((before[0][retired] * before[1][retired]).sum()))
+    assert outs[0][:3].tolist() == owner[retired].tolist()
+    assert outs[1][:3].tolist() == before[1][retired].tolist()
+    assert outs[2][:3].tolist() == position[retired].tolist()
+    for array in (remaining, rates, mult):
+        assert not array[retired].any()
+    assert (tolerance[retired] == -1.0).all()
+    assert not mult_sorted[position[retired]].any()
+    others = np.setdiff1d(np.arange(count), retired)
+    assert (mult_sorted[position[others]] > 0).all()
+    lowest = int(position[retired].min())
+    assert first == int(np.searchsorted(starts, lowest, side="right")) - 1
