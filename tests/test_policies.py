@@ -13,7 +13,7 @@ from control.policies import POLICIES, get_policy
 from control.policies.aalo import MIB, AaloPolicy
 from control.policies.base import CoflowState, ExperimentState, Snapshot
 from control.policies.beamer import BeamerPolicy
-from control.policies.bssi import bssi_order, bssi_order_numpy, bssi_order_plain
+from control.policies.bssi import bssi_order, bssi_order_numpy, bssi_order_plain, pairwise_sum
 
 GBPS = (1e9,) * 8  # 4 hosts: sender ports 0..3, receiver ports 4..7
 
@@ -209,6 +209,27 @@ def test_compiled_bssi_is_the_numpy_loop_bit_for_bit() -> None:
     rounding = np.array([[0.0, 3e-18], [0.3, 0.0], [0.1, 3e-18], [0.7, 0.0]])
     assert bssi_order(rounding) == bssi_order_numpy(rounding) == [0, 2, 1, 3]
     assert bssi_order_plain(rounding.tolist()) == [0, 2, 1, 3]
+
+
+def test_the_compiled_pairwise_sum_rounds_as_numpy_sums() -> None:
+    # Every length up to past two halvings, values of mixed magnitude: numpy's sum of a
+    # contiguous run, bit for bit (the compiled BSSI takes its port loads from it).
+    rng = np.random.default_rng(3)
+    for count in [*range(0, 140), 255, 256, 257, 300, 531, 1000]:
+        values = rng.exponential(1e6, count) * rng.choice([1e-9, 1.0, 1e9], count)
+        assert pairwise_sum(values, 0, count) == np.sum(values), count
+        if count > 5:
+            assert pairwise_sum(values, 3, count - 5) == np.sum(values[3:-2]), count
+
+
+def test_compiled_bssi_equals_the_numpy_loop_on_many_rows_and_negative_demand() -> None:
+    rng = np.random.default_rng(12)
+    for rows in (8, 9, 64, 129, 300):
+        demand = rng.exponential(1e6, size=(rows, 6)) * (rng.random((rows, 6)) < 0.5)
+        assert bssi_order(demand) == bssi_order_numpy(demand)
+    # A negative entry (never a remaining byte count) takes the numpy path.
+    mixed = rng.normal(0.0, 1e6, size=(12, 5))
+    assert bssi_order(mixed) == bssi_order_numpy(mixed)
 
 
 def test_beamer_reranks_a_unit_whose_coflow_changed() -> None:

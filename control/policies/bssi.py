@@ -88,6 +88,134 @@ def _bssi_steps(
     return total
 
 
+@njit(cache=True, nogil=True)
+def _block_sum(values: np.ndarray, start: int, count: int) -> float:
+    """numpy's sum of a run of at most 128: plain below 8, else eight running sums."""
+    if count < 8:
+        total = 0.0
+        for i in range(start, start + count):
+            total += values[i]
+        return total
+    r0, r1, r2, r3 = values[start], values[start + 1], values[start + 2], values[start + 3]
+    r4, r5, r6, r7 = values[start + 4], values[start + 5], values[start + 6], values[start + 7]
+    i = 8
+    whole = count - count % 8
+    while i < whole:
+        base = start + i
+        r0 += values[base]
+        r1 += values[base + 1]
+        r2 += values[base + 2]
+        r3 += values[base + 3]
+        r4 += values[base + 4]
+        r5 += values[base + 5]
+        r6 += values[base + 6]
+        r7 += values[base + 7]
+        i += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < count:
+        total += values[start + i]
+        i += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def pairwise_sum(values: np.ndarray, start: int, count: int) -> float:
+    """``values[start:start + count]`` summed as numpy's ``add.reduce`` sums a contiguous
+    run (pairwise: blocks of up to 128, each with eight running sums; above that the
+    halves, the first rounded down to a multiple of 8, summed apart and then added), so
+    that a compiled loop gets numpy's roundings. ``tests/test_policies.py`` holds it to
+    numpy's own sums. The halving runs on an explicit stack: a cached numba function
+    that calls itself crashes when loaded from the cache."""
+    if count <= 128:
+        return _block_sum(values, start, count)
+    # Post-order over the halving tree: each node is (start, count, children pushed).
+    node_start = np.empty(64, dtype=np.int64)
+    node_count = np.empty(64, dtype=np.int64)
+    node_stage = np.empty(64, dtype=np.int64)
+    sums = np.empty(64)
+    depth = 0
+    done = 0
+    node_start[0], node_count[0], node_stage[0] = start, count, 0
+    depth = 1
+    while depth > 0:
+        top = depth - 1
+        first, size = node_start[top], node_count[top]
+        if size <= 128:
+            sums[done] = _block_sum(values, first, size)
+            done += 1
+            depth -= 1
+            continue
+        half = size // 2
+        half -= half % 8
+        if node_stage[top] == 0:
+            node_stage[top] = 1
+            node_start[depth], node_count[depth], node_stage[depth] = first, half, 0
+            depth += 1
+        elif node_stage[top] == 1:
+            node_stage[top] = 2
+            node_start[depth], node_count[depth], node_stage[depth] = first + half, size - half, 0
+            depth += 1
+        else:
+            done -= 1
+            sums[done - 1] = sums[done - 1] + sums[done]
+            depth -= 1
+    return sums[0]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _bssi_compiled(demand: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """:func:`bssi_order` for demand without negative entries, whole in compiled code
+    (empty if an entry is negative: the caller then takes the numpy path). A row is
+    live if it has any positive entry, which for such demand is numpy's ``sum > 0``;
+    the port loads are numpy's sums of the rows, computed as numpy computes them."""
+    n, ports = demand.shape
+    by_port = np.empty((ports, n))
+    alive = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        for p in range(ports):
+            value = demand[i, p]
+            if value < 0.0:
+                return np.empty(0, dtype=np.int64)
+            by_port[p, i] = value
+            if value > 0.0:
+                alive[i] = True
+    load = np.empty(ports)
+    for p in range(ports):
+        load[p] = pairwise_sum(by_port[p], 0, n)
+    live = 0
+    for i in range(n):
+        if alive[i]:
+            live += 1
+    reverse = np.empty(live, dtype=np.int64)
+    placed = _bssi_steps(demand, by_port, w, load, alive, reverse, 0, True)
+    buffer = np.empty(n)
+    while placed < 0:
+        # Rounding emptied the busiest port; the loads again over the live rows only.
+        for p in range(ports):
+            count = 0
+            for i in range(n):
+                if alive[i]:
+                    buffer[count] = by_port[p, i]
+                    count += 1
+            load[p] = pairwise_sum(buffer, 0, count)
+        placed = _bssi_steps(demand, by_port, w, load, alive, reverse, -1 - placed, False)
+    order = np.empty(n, dtype=np.int64)
+    k = 0
+    for p in range(n):  # rows without demand first, in index order
+        row_empty = True
+        for q in range(ports):
+            if demand[p, q] > 0.0:
+                row_empty = False
+                break
+        if row_empty:
+            order[k] = p
+            k += 1
+    for j in range(live - 1, -1, -1):
+        order[k] = reverse[j]
+        k += 1
+    return order
+
+
 def bssi_order(demand: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
     """Row indices of ``demand`` (n × P bytes) from first to last to schedule.
 
@@ -99,6 +227,10 @@ def bssi_order(demand: np.ndarray, weights: np.ndarray | None = None) -> list[in
         return []
     w = np.ones(n) if weights is None else np.array(weights, dtype=float)
     demand = np.ascontiguousarray(demand, dtype=float)
+    if demand.shape[1] > 0:
+        order = _bssi_compiled(demand, w)
+        if len(order) == n:
+            return order.tolist()
     by_port = np.ascontiguousarray(demand.T)
     # Sums by numpy (pairwise), as bssi_order_numpy does them: the loads must match bit for bit.
     load = by_port.sum(axis=1)
