@@ -420,21 +420,30 @@ class Simulation:
         classes = group_classes(
             len(ranking.groups), self.config.num_classes, self.config.strategy, group_bytes
         )
-        ranked_rows = np.array(
-            [row_of_key[key] for group in ranking.groups for key in group], dtype=np.int64
-        )
-        ranked = np.bincount(ranked_rows, minlength=len(uids))
-        if len(ranked_rows) != len(uids) or (len(ranked) and ranked.max() > 1):
+        # Each row's class and place in the ranking, in plain lists: a few dozen coflows
+        # a ranking, where numpy's per-call cost would outweigh the work.
+        class_of_row = [0] * len(uids)
+        rank_of_row = [-1] * len(uids)
+        place = 0
+        for group, cls in zip(ranking.groups, classes, strict=True):
+            for key in group:
+                row = row_of_key[key]
+                if rank_of_row[row] >= 0:
+                    place = -1  # ranked twice
+                    break
+                rank_of_row[row] = place
+                class_of_row[row] = cls
+                place += 1
+            if place < 0:
+                break
+        if place != len(uids):
+            ranked = sum(1 for rank in rank_of_row if rank >= 0)
             raise RuntimeError(
-                f"policy {self.policy.name} ranked {int(np.count_nonzero(ranked))} "
-                f"of {len(uids)} coflows"
+                f"policy {self.policy.name} ranked {ranked} of {len(uids)} coflows"
+                + (" (one twice)" if place < 0 else "")
             )
-        self._class_of_row = np.empty(len(uids), dtype=np.int64)
-        self._class_of_row[ranked_rows] = np.repeat(
-            np.asarray(classes, dtype=np.int64), [len(group) for group in ranking.groups]
-        )
-        self._rank_of_row = np.empty(len(uids), dtype=np.int64)
-        self._rank_of_row[ranked_rows] = np.arange(len(uids))
+        self._class_of_row = np.array(class_of_row, dtype=np.int64)
+        self._rank_of_row = np.array(rank_of_row, dtype=np.int64)
         self._threshold_of_row = None
         if self._progress_thresholds:
             thresholds = [self.policy.next_rerank_sent_bytes(c) for c in snapshot.coflows]

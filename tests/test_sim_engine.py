@@ -101,3 +101,27 @@ def test_same_seed_gives_identical_results() -> None:
     first, again, other = run(3), run(3), run(4)
     assert first == again
     assert first != other
+
+
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+@pytest.mark.parametrize("fault", ["omits", "twice"])
+def test_a_ranking_that_omits_or_repeats_a_coflow_stops_the_run(
+    flow_model: str, fault: str
+) -> None:
+    # Two experiments, two coflows at once: a policy bug must not pass for a ranking.
+    from control.policies.base import BasePolicy, Ranking, Snapshot
+
+    class Faulty(BasePolicy):
+        name = "faulty"
+
+        def rank(self, snapshot: Snapshot) -> Ranking:
+            keys = [c.key for c in snapshot.coflows]
+            if len(keys) > 1:
+                keys = keys[1:] if fault == "omits" else [*keys, keys[0]]
+            return Ranking(tuple((key,) for key in keys))
+
+    flows = (Flow(0, 1, 1_000_000),)
+    workload = Workload(4, GBIT, (one_stage(0, flows), one_stage(1, (Flow(2, 3, 1_000_000),))))
+    expected = "ranked 1 of 2 coflows" if fault == "omits" else "ranked 2 of 2 coflows .one twice"
+    with pytest.raises(RuntimeError, match=expected):
+        simulate(workload, Faulty(), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
