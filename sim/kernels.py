@@ -997,6 +997,7 @@ def advance(
         end = k
         acc = 0.0
         any_moved = False
+        keep_steps = not in_entry_order[row]  # the row's sum then runs over its flows
         while end < count and rows[moving[end]] == row:
             i = moving[end]
             end += 1
@@ -1005,7 +1006,8 @@ def advance(
             any_moved = True
             step = min(rates[i] * dt, remaining[i])
             remaining[i] -= step
-            moved[i] = step
+            if keep_steps:
+                moved[i] = step
             acc += step
             total += step * mult[i]
             if remaining[i] <= tolerance[i]:
@@ -1092,11 +1094,16 @@ def remaining_by_port(
 def first_completion_s(
     rates: np.ndarray, remaining: np.ndarray, moving: np.ndarray
 ) -> float:  # pragma: no cover - compiled
-    """The shortest time to completion among the ``moving`` entries (inf: none moves)."""
+    """The shortest time to completion among the ``moving`` entries (inf: none moves).
+
+    An entry whose remaining bytes exceed its rate times the best time so far by a
+    relative margin far above rounding cannot improve on it (its exact quotient is
+    larger, so its rounded one is no smaller): it is skipped without the division."""
     best = np.inf
     for i in moving:
-        if rates[i] > 0.0:
-            best = min(best, remaining[i] / rates[i])
+        rate = rates[i]
+        if rate > 0.0 and remaining[i] <= best * rate * (1.0 + 1e-9):
+            best = min(best, remaining[i] / rate)
     return best
 
 
