@@ -319,3 +319,22 @@ def test_finish_entries_retires_entries_and_names_the_highest_class_that_lost_on
     assert (mult_sorted[position[others]] > 0).all()
     lowest = int(position[retired].min())
     assert first == int(np.searchsorted(starts, lowest, side="right")) - 1
+
+
+def test_first_completion_equals_the_smallest_quotient_on_near_ties() -> None:
+    # The scan skips divisions it can prove useless; the answer must stay numpy's
+    # minimum of remaining / rate over the entries with a rate, to the last bit.
+    rng = np.random.default_rng(19)
+    for case in range(200):
+        count = int(rng.integers(1, 400))
+        rates = rng.uniform(1e3, 1e9, count) * (rng.random(count) < 0.9)
+        base_s = rng.uniform(1e-6, 10.0)
+        # Many entries a few ulps from the same completion time, some far from it.
+        remaining = rates * base_s * (1.0 + rng.integers(-3, 4, count) * 2.0**-52)
+        remaining[rng.random(count) < 0.3] *= rng.uniform(1.0, 5.0)
+        moving = rng.permutation(count).astype(np.int64)
+        with_rate = rates > 0
+        expected = (
+            float((remaining[with_rate] / rates[with_rate]).min()) if with_rate.any() else np.inf
+        )
+        assert kernels.first_completion_s(rates, remaining, moving) == expected, case
