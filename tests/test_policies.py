@@ -11,7 +11,7 @@ from control.errors import UserError
 from control.model import CoflowKey, Experiment, Flow, Stage, TrialStage
 from control.policies import POLICIES, get_policy
 from control.policies.aalo import MIB, AaloPolicy
-from control.policies.base import CoflowState, ExperimentState, Snapshot
+from control.policies.base import CoflowState, ExperimentState, PortVector, Snapshot, demand_matrix
 from control.policies.beamer import BeamerPolicy
 from control.policies.bssi import bssi_order, bssi_order_numpy, bssi_order_plain, pairwise_sum
 
@@ -209,6 +209,23 @@ def test_compiled_bssi_is_the_numpy_loop_bit_for_bit() -> None:
     rounding = np.array([[0.0, 3e-18], [0.3, 0.0], [0.1, 3e-18], [0.7, 0.0]])
     assert bssi_order(rounding) == bssi_order_numpy(rounding) == [0, 2, 1, 3]
     assert bssi_order_plain(rounding.tolist()) == [0, 2, 1, 3]
+
+
+def test_demand_matrix_stacks_dense_rows_as_it_adds_sparse_ones() -> None:
+    # The simulator hands dense PortVector rows (stacked in one copy), the controller
+    # dicts (added port by port); both, and a mix of the two, give the same matrix.
+    rng = np.random.default_rng(4)
+    dense = rng.exponential(1e6, size=(5, 8)) * (rng.random((5, 8)) < 0.5)
+    as_dicts = [{int(p): float(v) for p, v in enumerate(row) if v} for row in dense]
+    by_dict = demand_matrix([coflow(key(i), d) for i, d in enumerate(as_dicts)], 8)
+    by_rows = [coflow(key(i), PortVector(row.copy())) for i, row in enumerate(dense)]  # type: ignore[arg-type]
+    assert np.array_equal(demand_matrix(by_rows, 8), dense)
+    assert np.array_equal(by_dict, dense)
+    mixed = [by_rows[0], coflow(key(9), as_dicts[1])]
+    assert np.array_equal(demand_matrix(mixed, 8), dense[:2])
+    short = [coflow(key(0), PortVector(dense[0, :6].copy()))]  # type: ignore[arg-type]
+    assert np.array_equal(demand_matrix(short, 8)[0, :6], dense[0, :6])
+    assert demand_matrix([], 8).shape == (0, 8)
 
 
 def test_the_compiled_pairwise_sum_rounds_as_numpy_sums() -> None:

@@ -134,9 +134,13 @@ def add_port_bytes(vector: np.ndarray, ports: Mapping[int, float]) -> None:
 
 def demand_matrix(coflows: Sequence[CoflowState], num_ports: int) -> np.ndarray:
     """Remaining bytes, one row per coflow and one column per port."""
+    rows = [coflow.remaining_by_port for coflow in coflows]
+    if rows and all(type(row) is PortVector and len(row.array) == num_ports for row in rows):
+        # The simulator's dense rows, stacked in one copy.
+        return np.array([row.array for row in rows], dtype=float)  # type: ignore[attr-defined]
     matrix = np.zeros((len(coflows), num_ports))
-    for row, coflow in enumerate(coflows):
-        add_port_bytes(matrix[row], coflow.remaining_by_port)
+    for index, ports in enumerate(rows):
+        add_port_bytes(matrix[index], ports)
     return matrix
 
 
