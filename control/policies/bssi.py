@@ -8,10 +8,12 @@ repeats without it. Sincronia (Agarwal et al., SIGCOMM 2018) shows the order
 is a 4-approximation of minimum weighted completion time for coflows; we use
 the same primal-dual step on any unit with a per-port demand vector.
 
-:func:`bssi_order` runs the loop as one compiled kernel; :func:`bssi_order_numpy`
-is the same loop step by step in numpy (every arithmetic operation the same, so
-both give the same order bit for bit), and :func:`bssi_order_plain` states the
-algorithm in plain Python. Tests and ``bench.bench_bssi`` check one against the others.
+:func:`bssi_order` runs the whole ordering as one compiled kernel (demand with
+a negative entry, which no byte count has, goes to the numpy version);
+:func:`bssi_order_numpy` is the same loop step by step in numpy (every arithmetic
+operation the same, its sums included, so both give the same order bit for bit),
+and :func:`bssi_order_plain` states the algorithm in plain Python. Tests and
+``bench.bench_bssi`` check one against the others.
 """
 
 from __future__ import annotations
@@ -133,7 +135,6 @@ def pairwise_sum(values: np.ndarray, start: int, count: int) -> float:
     node_count = np.empty(64, dtype=np.int64)
     node_stage = np.empty(64, dtype=np.int64)
     sums = np.empty(64)
-    depth = 0
     done = 0
     node_start[0], node_count[0], node_stage[0] = start, count, 0
     depth = 1
@@ -182,10 +183,8 @@ def _bssi_compiled(demand: np.ndarray, w: np.ndarray) -> np.ndarray:
     load = np.empty(ports)
     for p in range(ports):
         load[p] = pairwise_sum(by_port[p], 0, n)
-    live = 0
-    for i in range(n):
-        if alive[i]:
-            live += 1
+    had_demand = alive.copy()  # the steps clear ``alive`` as they place rows
+    live = int(had_demand.sum())
     reverse = np.empty(live, dtype=np.int64)
     placed = _bssi_steps(demand, by_port, w, load, alive, reverse, 0, True)
     buffer = np.empty(n)
@@ -201,14 +200,9 @@ def _bssi_compiled(demand: np.ndarray, w: np.ndarray) -> np.ndarray:
         placed = _bssi_steps(demand, by_port, w, load, alive, reverse, -1 - placed, False)
     order = np.empty(n, dtype=np.int64)
     k = 0
-    for p in range(n):  # rows without demand first, in index order
-        row_empty = True
-        for q in range(ports):
-            if demand[p, q] > 0.0:
-                row_empty = False
-                break
-        if row_empty:
-            order[k] = p
+    for i in range(n):  # rows without demand first, in index order
+        if not had_demand[i]:
+            order[k] = i
             k += 1
     for j in range(live - 1, -1, -1):
         order[k] = reverse[j]
@@ -226,23 +220,12 @@ def bssi_order(demand: np.ndarray, weights: np.ndarray | None = None) -> list[in
     if n == 0:
         return []
     w = np.ones(n) if weights is None else np.array(weights, dtype=float)
-    demand = np.ascontiguousarray(demand, dtype=float)
-    if demand.shape[1] > 0:
-        order = _bssi_compiled(demand, w)
-        if len(order) == n:
-            return order.tolist()
-    by_port = np.ascontiguousarray(demand.T)
-    # Sums by numpy (pairwise), as bssi_order_numpy does them: the loads must match bit for bit.
-    load = by_port.sum(axis=1)
-    alive = by_port.sum(axis=0) > 0
-    empty = np.flatnonzero(~alive).tolist()
-    reverse = np.empty(int(alive.sum()), dtype=np.int64)
-    placed = _bssi_steps(demand, by_port, w, load, alive, reverse, 0, True)
-    while placed < 0:
-        # Rounding emptied the busiest port; take the port where the live rows still weigh most.
-        load = by_port[:, alive].sum(axis=1)
-        placed = _bssi_steps(demand, by_port, w, load, alive, reverse, -1 - placed, False)
-    return empty + reverse[::-1].tolist()
+    order = _bssi_compiled(np.ascontiguousarray(demand, dtype=float), w)
+    if len(order) < n:
+        # A negative entry (never a byte count): the numpy statement, which the kernel
+        # reproduces bit for bit where entries are not negative.
+        return bssi_order_numpy(demand, weights)
+    return order.tolist()
 
 
 def bssi_order_numpy(demand: np.ndarray, weights: np.ndarray | None = None) -> list[int]:
