@@ -428,19 +428,14 @@ class Simulation:
         for group, cls in zip(ranking.groups, classes, strict=True):
             for key in group:
                 row = row_of_key[key]
-                if rank_of_row[row] >= 0:
-                    place = -1  # ranked twice
-                    break
                 rank_of_row[row] = place
                 class_of_row[row] = cls
                 place += 1
-            if place < 0:
-                break
-        if place != len(uids):
+        if place != len(uids) or (place and min(rank_of_row) < 0):
             ranked = sum(1 for rank in rank_of_row if rank >= 0)
             raise RuntimeError(
                 f"policy {self.policy.name} ranked {ranked} of {len(uids)} coflows"
-                + (" (one twice)" if place < 0 else "")
+                + (" (one twice)" if place > ranked else "")
             )
         self._class_of_row = np.array(class_of_row, dtype=np.int64)
         self._rank_of_row = np.array(rank_of_row, dtype=np.int64)
