@@ -135,9 +135,12 @@ def add_port_bytes(vector: np.ndarray, ports: Mapping[int, float]) -> None:
 def demand_matrix(coflows: Sequence[CoflowState], num_ports: int) -> np.ndarray:
     """Remaining bytes, one row per coflow and one column per port."""
     rows = [coflow.remaining_by_port for coflow in coflows]
-    if rows and all(type(row) is PortVector and len(row.array) == num_ports for row in rows):
-        # The simulator's dense rows, stacked in one copy.
-        return np.array([row.array for row in rows], dtype=float)  # type: ignore[attr-defined]
+    dense = [
+        row.array for row in rows if isinstance(row, PortVector) and len(row.array) == num_ports
+    ]
+    if rows and len(dense) == len(rows):
+        # Dense rows (the simulator's and the controller's), stacked in one copy.
+        return np.array(dense, dtype=float)
     matrix = np.zeros((len(coflows), num_ports))
     for index, ports in enumerate(rows):
         add_port_bytes(matrix[index], ports)
