@@ -267,7 +267,6 @@ class FastSimulation(Simulation):
             self._finished_count = np.empty(2 * num_done, dtype=np.int64)
             self._finished_position = np.empty(2 * num_done, dtype=np.int64)
         classes = self._classes
-        no_order = self._done[:0]
         held_bytes, first = kernels.finish_entries(
             done,
             num_done,
@@ -276,9 +275,9 @@ class FastSimulation(Simulation):
             self._mult,
             self._tol,
             self._owner,
-            no_order if classes is None else classes[2],
-            self._remaining[:0] if classes is None else classes[5],
-            no_order if classes is None else classes[1],
+            None if classes is None else classes[2],
+            None if classes is None else classes[5],
+            None if classes is None else classes[1],
             self._finished_owner,
             self._finished_count,
             self._finished_position,

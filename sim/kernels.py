@@ -1107,8 +1107,42 @@ def first_completion_s(
     return best
 
 
-@njit(cache=True, nogil=True)
 def finish_entries(
+    done: np.ndarray,
+    num_done: int,
+    remaining: np.ndarray,
+    rates: np.ndarray,
+    mult: np.ndarray,
+    tolerance: np.ndarray,
+    owner: np.ndarray,
+    position: np.ndarray | None,
+    mult_sorted: np.ndarray | None,
+    class_starts: np.ndarray | None,
+    out_owner: np.ndarray,
+    out_count: np.ndarray,
+    out_position: np.ndarray,
+) -> tuple[float, int]:
+    """:func:`_finish_entries`; ``position``, ``mult_sorted`` and ``class_starts`` are
+    the class order's (None: there is none yet)."""
+    return _finish_entries(
+        done,
+        num_done,
+        remaining,
+        rates,
+        mult,
+        tolerance,
+        owner,
+        _NO_INT if position is None else position,
+        _NO_FLOAT if mult_sorted is None else mult_sorted,
+        _NO_INT if class_starts is None else class_starts,
+        out_owner,
+        out_count,
+        out_position,
+    )
+
+
+@njit(cache=True, nogil=True)
+def _finish_entries(
     done: np.ndarray,
     num_done: int,
     remaining: np.ndarray,
