@@ -669,19 +669,15 @@ def _class_order(flow_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pr
             b = top - flow_class[i]
             order[count[b]] = i
             count[b] += 1
-    classes = 1
-    for j in range(1, n):
-        if flow_class[order[j]] != flow_class[order[j - 1]]:
-            classes += 1
-    starts = np.empty(classes + 1, dtype=np.int64)
+    starts = np.empty(n + 1, dtype=np.int64)
     starts[0] = 0
     k = 1
     for j in range(1, n):
         if flow_class[order[j]] != flow_class[order[j - 1]]:
             starts[k] = j
             k += 1
-    starts[classes] = n
-    return order, starts
+    starts[k] = n
+    return order, starts[: k + 1].copy()
 
 
 def coflow_members(flow_coflow: np.ndarray, num_coflows: int) -> tuple[np.ndarray, np.ndarray]:
