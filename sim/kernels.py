@@ -542,8 +542,9 @@ class RoundLog:
             self._grow(size, len(self.class_base), len(self.frozen_seq))
 
 
-_NO_INT = np.zeros(0, dtype=np.int64)
-_NO_FLOAT = np.zeros(0)
+NO_INT = np.zeros(0, dtype=np.int64)
+"""An empty array standing for "none" in a compiled call (one type for every call)."""
+NO_FLOAT = np.zeros(0)
 
 
 def maxmin_into(
@@ -603,9 +604,9 @@ def maxmin_into(
         return scratch.moving[:count], reached
     count, reached, rows_wanted = _maxmin_classes(
         *filling,
-        _NO_INT if position is None else position,
-        _NO_INT if finished is None else finished,
-        _NO_FLOAT if finished_mult is None else finished_mult,
+        NO_INT if position is None else position,
+        NO_INT if finished is None else finished,
+        NO_FLOAT if finished_mult is None else finished_mult,
         log.residual,
         log.load,
         log.level,
@@ -1103,42 +1104,8 @@ def first_completion_s(
     return best
 
 
-def finish_entries(
-    done: np.ndarray,
-    num_done: int,
-    remaining: np.ndarray,
-    rates: np.ndarray,
-    mult: np.ndarray,
-    tolerance: np.ndarray,
-    owner: np.ndarray,
-    position: np.ndarray | None,
-    mult_sorted: np.ndarray | None,
-    class_starts: np.ndarray | None,
-    out_owner: np.ndarray,
-    out_count: np.ndarray,
-    out_position: np.ndarray,
-) -> tuple[float, int]:
-    """:func:`_finish_entries`; ``position``, ``mult_sorted`` and ``class_starts`` are
-    the class order's (None: there is none yet)."""
-    return _finish_entries(
-        done,
-        num_done,
-        remaining,
-        rates,
-        mult,
-        tolerance,
-        owner,
-        _NO_INT if position is None else position,
-        _NO_FLOAT if mult_sorted is None else mult_sorted,
-        _NO_INT if class_starts is None else class_starts,
-        out_owner,
-        out_count,
-        out_position,
-    )
-
-
 @njit(cache=True, nogil=True)
-def _finish_entries(
+def finish_entries(
     done: np.ndarray,
     num_done: int,
     remaining: np.ndarray,
@@ -1158,7 +1125,8 @@ def _finish_entries(
     and flows to zero and its tolerance to -1. With a class order (``position`` not
     empty) its flows leave ``mult_sorted`` too. Returns the bytes the retired flows
     still held and the highest class that lost an entry (``len(class_starts)``
-    without a class order). One call instead of a dozen numpy calls per completion."""
+    without a class order; pass :data:`NO_INT` and :data:`NO_FLOAT` for it). One call
+    instead of a dozen numpy calls per completion."""
     for a in range(1, num_done):  # insertion sort: usually one or two entries
         value = done[a]
         b = a - 1
