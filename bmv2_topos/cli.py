@@ -17,6 +17,8 @@ DEFAULT_TIME_SCALE = 0.6
 """Kept equal to :data:`bmv2_topos.emulate.DEFAULT_TIME_SCALE` (this module imports lazily)."""
 DEFAULT_RTO_MIN_MS = 10
 """Kept equal to :data:`bmv2_topos.launcher.DEFAULT_RTO_MIN_MS`."""
+DEFAULT_CONGESTION_CONTROL = "cubic"
+"""Kept equal to :data:`bmv2_topos.launcher.DEFAULT_CONGESTION_CONTROL`."""
 
 
 def register(subparsers: Any) -> None:
@@ -74,6 +76,13 @@ def add_network_options(parser: Any) -> None:
         help=f"the hosts' minimum TCP retransmission timeout (1..10000, default "
         f"{DEFAULT_RTO_MIN_MS})",
     )
+    parser.add_argument(
+        "--congestion-control",
+        default=DEFAULT_CONGESTION_CONTROL,
+        metavar="NAME",
+        help="the hosts' TCP congestion control, one the kernel has loaded "
+        f"(default {DEFAULT_CONGESTION_CONTROL}, Linux's own default)",
+    )
     parser.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
     parser.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -125,6 +134,7 @@ def run_emulate(args: argparse.Namespace) -> int:
     if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
     topology = load_topology(args.topo)
+    netns.require_congestion_control(args.congestion_control)
     netns.require_root()
     options = EmulationOptions(
         topology=topology,
@@ -134,6 +144,7 @@ def run_emulate(args: argparse.Namespace) -> int:
         target=args.target,
         queues=args.queues,
         rto_min_ms=args.rto_min_ms,
+        congestion_control=args.congestion_control,
         time_scale=args.time_scale,
         bmv2_json=args.bmv2_json,
         p4info=args.p4info,

@@ -37,6 +37,7 @@ from bmv2_topos.agent import (
     run_workload,
 )
 from bmv2_topos.launcher import (
+    DEFAULT_CONGESTION_CONTROL,
     DEFAULT_QUEUE_DEPTH_PACKETS,
     DEFAULT_RTO_MIN_MS,
     EmulatedNetwork,
@@ -233,6 +234,7 @@ class EmulationOptions:
     time_scale: float = DEFAULT_TIME_SCALE
     queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
     rto_min_ms: int = DEFAULT_RTO_MIN_MS
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL
     bmv2_json: Path | None = None
     p4info: Path | None = None
 

@@ -125,6 +125,8 @@ class NetworkSettings(Protocol):
     @property
     def rto_min_ms(self) -> int: ...
     @property
+    def congestion_control(self) -> str: ...
+    @property
     def bmv2_json(self) -> Path | None: ...
     @property
     def p4info(self) -> Path | None: ...
@@ -134,6 +136,11 @@ DEFAULT_RTO_MIN_MS = 10
 """The hosts' minimum TCP retransmission timeout: a data-centre value (Vasudevan et al.,
 SIGCOMM 2009), so that a flow starved in a low class does not sit out 200 ms+ backoffs
 after the classes above it have finished."""
+
+DEFAULT_CONGESTION_CONTROL = "cubic"
+"""The hosts' TCP congestion control, set on their routes: Linux's default, so that a run
+does not take whatever the machine's default happens to be (measured in
+docs/emulation.md, "The hosts' congestion control")."""
 
 
 @dataclass
@@ -160,6 +167,7 @@ class EmulatedNetwork:
     """A software switch stands in for hardware that shares no CPU: when the
     machine is busy, the hosts should slow down, not the network."""
     rto_min_ms: int = DEFAULT_RTO_MIN_MS
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL
     mtu_bytes: int = 9000
     """Jumbo frames, as GPU clusters use: a sixth of the packets a 1500-byte MTU needs."""
     bmv2_json: Path | None = None
@@ -180,6 +188,7 @@ class EmulatedNetwork:
             queues=settings.queues,
             queue_depth_packets=settings.queue_depth_packets,
             rto_min_ms=settings.rto_min_ms,
+            congestion_control=settings.congestion_control,
             bmv2_json=settings.bmv2_json,
             p4info=settings.p4info,
         )
@@ -212,6 +221,7 @@ class EmulatedNetwork:
     def __enter__(self) -> EmulatedNetwork:
         netns.require_root()
         netns.require_tools("ip", "ethtool", "tc")
+        netns.require_congestion_control(self.congestion_control, "congestion control")
         if self.target == "bmv2":
             bmv2.require_simple_switch_grpc()
         self._install_signal_handlers()
@@ -296,6 +306,7 @@ class EmulatedNetwork:
                 for end in ends
                 if end.namespace == self.fabric_namespace
             ]
+        tcp = f"rto_min {self.rto_min_ms}ms congctl {self.congestion_control}"
         for host in topology.hosts:
             lines = [
                 f"link set eth0 address {host.mac}",
@@ -304,10 +315,10 @@ class EmulatedNetwork:
                 "link set eth0 up",
                 # Every peer is on-link: the switches route by IP and rewrite the
                 # destination MAC, so hosts need no gateway, only their peers' MACs.
-                # The minimum RTO: see DEFAULT_RTO_MIN_MS.
-                f"route replace {host.interface.network} dev eth0 src {host.ip} "
-                f"rto_min {self.rto_min_ms}ms",
-                f"route replace default dev eth0 rto_min {self.rto_min_ms}ms",
+                # The minimum RTO and the congestion control, per route (a namespace's
+                # sysctl accepts only the kernel's allowed list): see the DEFAULT_s.
+                f"route replace {host.interface.network} dev eth0 src {host.ip} {tcp}",
+                f"route replace default dev eth0 {tcp}",
             ]
             lines += [
                 f"neigh replace {peer.ip} lladdr {peer.mac} dev eth0 nud permanent"

@@ -9,10 +9,12 @@ from anywhere. Python 3.11 has no ``os.setns``; libc's is called.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from control.errors import UserError
 from softswitch.netns import NETNS_DIR, enter_netns
@@ -29,6 +31,27 @@ def require_root() -> None:
         raise UserError(
             "emulation needs root (network namespaces, veth pairs, IP options): "
             "run it as root, e.g. sudo make run"
+        )
+
+
+CONGESTION_CONTROLS_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+CONGESTION_CONTROL_NAME = re.compile(r"[a-z0-9_]{1,15}")
+"""A kernel congestion-control module's name (TCP_CA_NAME_MAX is 16 with its NUL)."""
+
+
+def require_congestion_control(name: str, option: str = "--congestion-control") -> None:
+    """``name`` is a congestion control this kernel has loaded: say so in one line if not.
+    The name goes into ``ip`` batch lines, so it must be a plain module name."""
+    if CONGESTION_CONTROL_NAME.fullmatch(name) is None:
+        raise UserError(f"{option}: {name!r} is not a congestion-control name")
+    try:
+        available = CONGESTION_CONTROLS_FILE.read_text().split()
+    except OSError as error:
+        raise UserError(f"{option}: cannot read {CONGESTION_CONTROLS_FILE}: {error}") from None
+    if name not in available:
+        raise UserError(
+            f"{option}: {name!r} is not loaded in this kernel (available: {' '.join(available)}; "
+            f"modprobe tcp_{name} may add it)"
         )
 
 

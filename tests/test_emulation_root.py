@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -234,3 +235,22 @@ def test_interrupting_a_run_removes_everything(topology_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises before this returns
     _assert_nothing_left(captured[0])
+
+
+def test_hosts_connect_with_the_chosen_congestion_control(topology_path: Path) -> None:
+    """The option reaches the hosts' sockets, whatever the machine's own default is."""
+    topology = load_topology(topology_path)
+    with EmulatedNetwork(topology, policy=None, congestion_control="reno") as network:
+        sender = topology.hosts[0]
+        receiver = topology.hosts[1]
+        routes = netns.run(["ip", "-n", network.host_namespace(sender.name), "route", "show"])
+        assert routes.count("congctl reno") == 2, routes
+
+        def connect() -> bytes:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setblocking(False)
+                sock.connect_ex((str(receiver.ip), 9))  # the route is chosen at connect
+                return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+
+        with netns.namespace_executor(network.host_namespace(sender.name)) as executor:
+            assert executor.submit(connect).result(timeout=10).rstrip(b"\0") == b"reno"

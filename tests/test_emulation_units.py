@@ -107,6 +107,42 @@ def test_cli_default_rto_min_matches_the_launcher_and_reaches_the_network() -> N
     assert launcher.EmulatedNetwork.for_run(options, "fair").rto_min_ms == 200
 
 
+def test_cli_default_congestion_control_matches_the_launcher_and_reaches_the_network() -> None:
+    from bmv2_topos import cli, launcher
+    from bmv2_topos.emulate import EmulationOptions
+
+    assert cli.DEFAULT_CONGESTION_CONTROL == launcher.DEFAULT_CONGESTION_CONTROL
+    topology = load_topology(REPO / "bmv2_topos" / "single_switch.json")
+    assert (
+        launcher.EmulatedNetwork.for_run(
+            EmulationOptions(topology, ("fair",), (1,)), "fair"
+        ).congestion_control
+        == launcher.DEFAULT_CONGESTION_CONTROL
+    )
+    options = EmulationOptions(topology, ("fair",), (1,), congestion_control="reno")
+    assert launcher.EmulatedNetwork.for_run(options, "fair").congestion_control == "reno"
+
+
+def test_congestion_control_must_be_a_loaded_module_with_a_plain_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bmv2_topos import netns
+
+    loaded = tmp_path / "tcp_available_congestion_control"
+    loaded.write_text("reno cubic\n")
+    monkeypatch.setattr(netns, "CONGESTION_CONTROLS_FILE", loaded)
+    netns.require_congestion_control("cubic")
+    with pytest.raises(UserError, match=r"'bbr' is not loaded .*available: reno cubic"):
+        netns.require_congestion_control("bbr")
+    # The name goes into ip batch lines: nothing but a module name gets that far.
+    for hostile in ("cubic\nroute del default", "cubic lock", "", "c" * 16, "CUBIC"):
+        with pytest.raises(UserError, match="is not a congestion-control name"):
+            netns.require_congestion_control(hostile)
+    loaded.unlink()
+    with pytest.raises(UserError, match="cannot read"):
+        netns.require_congestion_control("cubic")
+
+
 def test_shipped_topologies_load_and_have_one_link_rate() -> None:
     single = load_topology(REPO / "bmv2_topos" / "single_switch.json")
     assert len(single.hosts) == 8 and len(single.switches) == 1
@@ -199,6 +235,15 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(
     assert main(["emulate", "--queues", "9"]) == 2
     assert main(["emulate", "--rto-min-ms", "0"]) == 2
     assert main(["emulate", "--target", "bmv2"]) == 2  # needs --bmv2-json and --p4info
+
+
+def test_emulate_refuses_an_unknown_congestion_control_in_one_line(
+    main: Callable[[list[str]], int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["emulate", "--congestion-control", "nosuch"]) == 2
+    error_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(error_lines) == 1, error_lines
+    assert "--congestion-control: 'nosuch' is not loaded" in error_lines[0]
 
 
 def test_workload_file_larger_than_topology_is_refused(tmp_path: Path) -> None:

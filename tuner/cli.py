@@ -87,6 +87,7 @@ def run_tune(args: argparse.Namespace) -> int:
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
             f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"
         )
+    netns.require_congestion_control(args.congestion_control)
     netns.require_root()
     options = TuneOptions(
         topology=topology,
@@ -94,6 +95,7 @@ def run_tune(args: argparse.Namespace) -> int:
         seeds=seeds,
         queues=args.queues,
         rto_min_ms=args.rto_min_ms,
+        congestion_control=args.congestion_control,
         trials=args.trials,
         max_t=args.max_t,
         reduction_factor=args.eta,

@@ -34,6 +34,7 @@ from bmv2_topos.emulate import (
     topology_link_bps,
 )
 from bmv2_topos.launcher import (
+    DEFAULT_CONGESTION_CONTROL,
     DEFAULT_QUEUE_DEPTH_PACKETS,
     DEFAULT_RTO_MIN_MS,
     EmulatedNetwork,
@@ -82,6 +83,7 @@ class TuneOptions:
     p4info: Path | None = None
     queue_depth_packets: int | None = DEFAULT_QUEUE_DEPTH_PACKETS
     rto_min_ms: int = DEFAULT_RTO_MIN_MS
+    congestion_control: str = DEFAULT_CONGESTION_CONTROL
 
 
 @dataclass(frozen=True, slots=True)
