@@ -558,6 +558,7 @@ class Simulation:
             self._push(experiment.arrival_s, _ARRIVAL, (e, 0, 0))
         last_report = 0.0
         stale = True
+        stalled = False
         while self._heap or len(self._remaining) or self._pending:
             self._absorb_pending()
             if self._rerank_needed:
@@ -574,6 +575,13 @@ class Simulation:
             until_s = min(next_s, flow_end_s, threshold_s)
             if until_s == np.inf:
                 raise RuntimeError(f"{self.policy.name}: active flows with no rate and no event")
+            if until_s <= self.now_s < next_s and (flow_end_s <= self.now_s or stalled):
+                # What is due (a flow end, or a threshold that a re-ranking did not move)
+                # is under half a unit in the last place of the clock away: ``now +
+                # bytes / rate`` rounds back to now, and steps of zero would never end.
+                # One unit moves more than those bytes.
+                until_s = float(np.nextafter(self.now_s, np.inf))
+            stalled = until_s <= self.now_s < next_s
             self._advance(until_s)
             self.result.events += 1
             stale = self._finish_flows()

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
-from control.policies import get_policy
+from control.policies import POLICIES, get_policy, is_search
 from sim.engine import SimConfig, simulate
+from workloads import hp_tuning
+from workloads.loader import load_workload
+
+DATA = Path(__file__).resolve().parent / "data"
 
 GBIT = 1e9
 BYTES_PER_S = GBIT / 8  # one port at 1 Gbit/s
@@ -125,3 +135,59 @@ def test_a_ranking_that_omits_or_repeats_a_coflow_stops_the_run(
     expected = "ranked 1 of 2 coflows" if fault == "omits" else "ranked 2 of 2 coflows .one twice"
     with pytest.raises(RuntimeError, match=expected):
         simulate(workload, Faulty(), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Fail the test instead of hanging the suite if the run never ends."""
+
+    def expire(*_: object) -> None:
+        raise TimeoutError(f"the run did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _arriving_at(arrival_s: float) -> Workload:
+    workload = load_workload(str(DATA / "tiny_workload.json"))
+    (experiment,) = workload.experiments
+    return dataclasses.replace(
+        workload, experiments=(dataclasses.replace(experiment, arrival_s=arrival_s),)
+    )
+
+
+@pytest.mark.parametrize("policy", [name for name in POLICIES if not is_search(name)])
+def test_a_run_far_out_in_time_ends_with_the_same_stage_times(policy: str) -> None:
+    """At 1e6 s a unit in the last place of the clock is 1.2e-10 s, more than the last
+    bytes of a flow take at 1 Gbit/s: ``now + remaining / rate`` rounds back to now.
+    Such a run used to step by zero for ever; it ends, and its stages take what they
+    take near time zero."""
+    near = simulate(_arriving_at(0.5), get_policy(policy), SimConfig(None, "rank"))
+    for arrival_s in (1e6, 9.9e7):
+        for model in ("per-flow", "fast"):
+            with _deadline(30):
+                far = simulate(
+                    _arriving_at(arrival_s), get_policy(policy), SimConfig(flow_model=model)
+                )
+            assert far.sct_s.keys() == near.sct_s.keys()
+            for key, sct_s in near.sct_s.items():
+                assert far.sct_s[key] == pytest.approx(sct_s, rel=1e-6, abs=4 * arrival_s * 2**-52)
+
+
+def test_aalo_thresholds_far_out_in_time_do_not_stall() -> None:
+    """A queue threshold that a re-ranking does not move, closer to now than the
+    clock can tell, re-ranked at the same instant for ever before; both flow models
+    now end, with the same stage times to the last bit."""
+    workload = hp_tuning.generate(hp_tuning.HpTuningConfig(seed=1, num_jobs=3, load=1e-5))
+    results = []
+    for model in ("per-flow", "fast"):
+        with _deadline(60):
+            results.append(simulate(workload, get_policy("aalo"), SimConfig(flow_model=model)))
+    per_flow, fast = results
+    assert per_flow.sct_s == fast.sct_s
+    assert per_flow.end_s > 1e6
