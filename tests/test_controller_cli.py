@@ -42,7 +42,7 @@ def test_bad_arguments_are_one_line_errors(
     assert main(["controller", "--topo", topo, "--policy", spec]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        f"beamer: error: policy {spec!r}: tail_power must be at least 1 and tail_weight at least 0"
+        f"beamer: error: policy {spec!r}: tail_power=0.5 is not a number from 1 to 10"
     ]
     assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2
     assert capsys.readouterr().err.startswith("beamer: error: controller at ")

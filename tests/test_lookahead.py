@@ -401,7 +401,7 @@ def test_a_lookahead_that_follows_sincronia_ranks_as_sincronia() -> None:
 
 
 def test_the_sincronia_rival_must_be_true_or_false() -> None:
-    with pytest.raises(UserError, match="sincronia_rival must be true or false"):
+    with pytest.raises(UserError, match="sincronia_rival=1 is not true or false"):
         policy_from_spec("beamer-lookahead:sincronia_rival=1")
 
 
@@ -561,7 +561,7 @@ def test_bad_arrival_count_is_one_line_and_exit_2(
     ("policy", "message"),
     [
         ("fair", "--policy: 'fair' is not a beamer-lookahead variant"),
-        ("beamer-lookahead:evals=nan", "evals=nan is not a finite number"),
+        ("beamer-lookahead:evals=nan", "evals=nan is not a whole number"),
     ],
 )
 def test_an_arrival_bench_policy_that_is_no_lookahead_is_one_line_and_exit_2(

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 import numpy as np
 from numba import njit
 
-from control.errors import UserError
 from control.model import CoflowKey, Experiment, TrialStage
 from control.policies.base import (
     BasePolicy,
@@ -41,6 +40,7 @@ from control.policies.base import (
     demand_matrix,
 )
 from control.policies.bssi import bssi_order
+from control.policies.knobs import Knob, check_knobs
 
 Ordering = Literal["bssi", "bottleneck"]
 TailOrder = Literal["subset", "global"]
@@ -176,6 +176,31 @@ class BeamerPolicy(BasePolicy):
     """
 
     name: ClassVar[str] = "beamer"
+    knobs: ClassVar[Mapping[str, Knob]] = {
+        "future_stages": Knob("bool"),
+        "ordering": Knob("word", words=get_args(Ordering)),
+        "split_trials": Knob("bool"),
+        # The groups after the first max_groups - 1 share one: at least one group.
+        "max_groups": Knob("int", 1, optional=True),
+        # Scales demand: a negative weight would make future stages cancel bytes.
+        "future_weight": Knob("float"),
+        # Divides an age in seconds: from a microsecond up, the weight stays finite.
+        "aging_s": Knob("float", 1e-6, optional=True),
+        # Merges loads from head / ratio to ratio × head: below 1 that range is empty.
+        "merge_ratio": Knob("float", 1.0, optional=True),
+        # (stages left) ** exponent: up to 10, a million stages weigh 1e60, still finite.
+        "stage_exponent": Knob("float", 0.0, 10.0),
+        # Compute seconds as bytes: a negative weight would cancel demand too.
+        "compute_weight": Knob("float"),
+        "coflow_tail": Knob("int", optional=True),
+        "tail_fits": Knob("bool"),
+        "tail_order": Knob("word", words=get_args(TailOrder)),
+        # Multiplies a stage's time alone: at 0 every running stage would be starved.
+        "starvation_guard": Knob("float", above_minimum=True, optional=True),
+        # duty ** exponent with the duty cycle in [0, 1]: any positive power is finite.
+        "duty_exponent": Knob("float", above_minimum=True, optional=True),
+    }
+    """What each constructor argument may be (a spec's ``beamer:knob=value``)."""
 
     def __init__(
         self,
@@ -194,14 +219,7 @@ class BeamerPolicy(BasePolicy):
         starvation_guard: float | None = None,
         duty_exponent: float | None = None,
     ) -> None:
-        if ordering not in ("bssi", "bottleneck"):
-            raise UserError(f"ordering must be 'bssi' or 'bottleneck', not {ordering!r}")
-        if tail_order not in ("subset", "global"):
-            raise UserError(f"tail_order must be 'subset' or 'global', not {tail_order!r}")
-        if starvation_guard is not None and not starvation_guard > 0:
-            raise UserError(f"starvation_guard must be a positive number, not {starvation_guard!r}")
-        if duty_exponent is not None and not duty_exponent > 0:
-            raise UserError(f"duty_exponent must be a positive number, not {duty_exponent!r}")
+        check_knobs(BeamerPolicy.knobs, locals())
         self.duty_exponent = duty_exponent
         self.starvation_guard = starvation_guard
         self.coflow_tail = coflow_tail

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 import random
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -38,6 +37,7 @@ from control.model import Experiment, StageKey, Workload
 from control.policies.background import BackgroundSearch
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.beamer import chosen_beamer
+from control.policies.knobs import Knob, check_knobs
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.static_order import StaticOrderPolicy, neighbours
 
@@ -289,6 +289,26 @@ class LookaheadPolicy(BasePolicy):
     """
 
     name: ClassVar[str] = "beamer-lookahead"
+    knobs: ClassVar[Mapping[str, Knob]] = {
+        # Counts: 0 evals or max_simulations skips that step of the search and
+        # max_present=0 always ranks as beamer; a move of 0 places is no move.
+        "evals": Knob("int"),
+        "window": Knob("int", 1),
+        "max_simulations": Knob("int"),
+        "max_present": Knob("int"),
+        # random.Random seeds by absolute value: a negative seed would repeat a positive one.
+        "seed": Knob("int", 0, 2**32 - 1),
+        # Σ SCT ** power: up to 10, an SCT of 1e30 s still scores a finite cost.
+        "tail_power": Knob("float", 1.0, 10.0),
+        "tail_weight": Knob("float"),
+        "guard_weight": Knob("float"),
+        "guard_slack": Knob("float"),
+        "run_tail_weight": Knob("float"),
+        # Divides the sum of the largest SCTs, and each ranking keeps that many.
+        "run_tail_stages": Knob("int", 1, 1000),
+        "sincronia_rival": Knob("bool"),
+    }
+    """What each constructor argument may be (a spec's ``beamer-lookahead:knob=value``)."""
 
     def __init__(
         self,
@@ -305,21 +325,7 @@ class LookaheadPolicy(BasePolicy):
         run_tail_stages: int = 2,
         sincronia_rival: bool = False,
     ) -> None:
-        weights = (tail_power, tail_weight, guard_weight, guard_slack, run_tail_weight)
-        if not all(math.isfinite(x) for x in weights):
-            raise ValueError("the objective's weights must be finite numbers")
-        if not tail_power >= 1.0 or not tail_weight >= 0.0:
-            raise ValueError("tail_power must be at least 1 and tail_weight at least 0")
-        if not guard_weight >= 0.0 or not guard_slack >= 0.0:
-            raise ValueError("guard_weight and guard_slack must be at least 0")
-        if not run_tail_weight >= 0.0:
-            raise ValueError("run_tail_weight must be at least 0")
-        if not isinstance(run_tail_stages, int) or isinstance(run_tail_stages, bool):
-            raise ValueError("run_tail_stages must be a whole number")
-        if not 1 <= run_tail_stages <= 1000:
-            raise ValueError("run_tail_stages must be from 1 to 1000")
-        if not isinstance(sincronia_rival, bool):
-            raise ValueError("sincronia_rival must be true or false")
+        check_knobs(LookaheadPolicy.knobs, locals())
         self.settings = SearchSettings(
             evals=evals,
             window=window,
