@@ -16,6 +16,12 @@ or a file), ``load``, ``queues`` (``ideal`` or K classes), ``quantize``, and
 for the HP-tuning generator the workload shape of ``beamer workload
 generate``: ``mix``, ``models``, ``eta``, ``max_trials``, ``sync``, ``jobs``,
 ``hosts``. Errors name the file, line and field.
+
+Limits, checked when the grid is read so that a mistake never runs for hours
+or fills the memory first: at most :data:`MAX_RUNS` runs (settings × seeds ×
+policies), nesting at most :data:`MAX_DEPTH` levels deep, integers Python can
+print (``sys.get_int_max_str_digits``) and figure names of at most
+:data:`MAX_FIGURE_NAME` characters.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ import itertools
 import json
 import math
 import re
+import reprlib
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -52,7 +60,25 @@ PARAMETERS: tuple[str, ...] = (
     "hosts",
 )
 SHAPE_PARAMETERS = ("mix", "models", "eta", "max_trials", "sync", "jobs", "hosts")
-_FIGURE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_FIGURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+MAX_RUNS = 100_000
+"""Runs one grid may ask for (settings × seeds × policies, settings counted per figure).
+
+The paper-scale grid is about a thousand runs; at several seconds each, 100,000 runs
+are days of a whole cluster. Far beyond that lies a mistake (one more parameter
+varied, a range typed out), and expanding it would take minutes and gigabytes before
+the first run: such a grid is refused before any setting is made.
+"""
+
+MAX_DEPTH = 32
+"""Deepest nesting of lists and mappings in a grid file. A grid needs six levels (a
+list of models in a figure's ``vary``); the limit keeps the YAML reader, which
+recurses per level, far from Python's recursion limit."""
+
+MAX_FIGURE_NAME = 100
+"""Longest figure name: it names ``NAME.csv`` and ``NAME.png``, written through
+temporary files ``.NAME.png.XXXXXXXX.tmp``; file systems allow 255 bytes per name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +180,69 @@ class _List(list[Any]):
     lines: list[int]
 
 
+class _FieldError(Exception):
+    """A problem at ``line``; ``field`` is its path (``figures[0].vary.load[1]``).
+
+    Raised while the YAML is constructed, ``field`` is relative to the container
+    being built, and each enclosing mapping or list prefixes its own key or index.
+    """
+
+    def __init__(self, line: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.field = field
+        self.message = message
+
+    def within(self, name: str) -> _FieldError:
+        if not self.field:
+            self.field = name
+        elif self.field.startswith("["):
+            self.field = name + self.field
+        elif name:
+            self.field = f"{name}.{self.field}"
+        return self
+
+    def user_error(self, path: Path) -> UserError:
+        field = _one_line(self.field, 200)
+        where = f"{path}:{self.line}: {field + ': ' if field else ''}"
+        return UserError(where + _one_line(self.message, 400))
+
+
+def _one_line(text: str, limit: int) -> str:
+    """``text`` for a one-line message: control characters escaped, at most ``limit`` long
+    (names and values come from the user's file and may be anything)."""
+    if not text.isprintable():
+        text = repr(text)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class _Loader(yaml.SafeLoader):
-    pass
+    """Builds :class:`_Map` and :class:`_List` with lines, at most :data:`MAX_DEPTH` deep."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                message = f"nested deeper than {MAX_DEPTH} levels of lists and mappings"
+                raise _FieldError(line, "", message)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _child(loader: _Loader, node: yaml.Node, name: str) -> Any:
+    """Construct ``node``, an item of a container; its errors are prefixed with ``name``."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except _FieldError as error:
+        raise error.within(name) from None
+    except (ValueError, OverflowError):  # a scalar that is not what its tag says (!!float x)
+        kind = node.tag.rsplit(":", 1)[-1]
+        text = f": {_brief.repr(node.value)}" if isinstance(node, yaml.ScalarNode) else ""
+        raise _FieldError(node.start_mark.line + 1, name, f"not a valid {kind}{text}") from None
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
@@ -164,13 +251,13 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
     out.line = node.start_mark.line + 1
     out.lines = {}
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
+        key = _child(loader, key_node, "")
         line = key_node.start_mark.line + 1
         if not isinstance(key, str):
-            raise _FieldError(line, "", f"key {key!r} is not a name")
+            raise _FieldError(line, "", f"key {_brief.repr(key)} is not a name")
         if key in out:
             raise _FieldError(line, key, "appears twice")
-        out[key] = loader.construct_object(value_node, deep=True)
+        out[key] = _child(loader, value_node, key)
         out.lines[key] = line
     return out
 
@@ -179,22 +266,51 @@ def _construct_list(loader: _Loader, node: yaml.SequenceNode) -> _List:
     out = _List()
     out.line = node.start_mark.line + 1
     out.lines = []
-    for item in node.value:
-        out.append(loader.construct_object(item, deep=True))
+    for index, item in enumerate(node.value):
+        out.append(_child(loader, item, f"[{index}]"))
         out.lines.append(item.start_mark.line + 1)
     return out
 
 
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    """An integer, refused (with its line) when longer than Python converts or prints."""
+    limit = sys.get_int_max_str_digits()
+    message = f"an integer of more than {limit} digits"
+    if limit and len(node.value) > limit:
+        raise _FieldError(node.start_mark.line + 1, "", message)
+    value = loader.construct_yaml_int(node)
+    if limit and value.bit_length() > 3 * limit:  # 0x... and 1:2:3 forms: can it be printed?
+        try:
+            str(value)
+        except ValueError:
+            raise _FieldError(node.start_mark.line + 1, "", message) from None
+    return value
+
+
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
-class _FieldError(Exception):
-    def __init__(self, line: int, field: str, message: str) -> None:
-        super().__init__(message)
-        self.line = line
-        self.field = field
-        self.message = message
+class _Brief(reprlib.Repr):
+    """Values in messages: a long string or a large structure (YAML aliases can make one
+    of a billion items from a few lines) is shown cut short."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 1
+        self.maxlist = self.maxdict = 4
+        self.maxstring = 60
+        self.maxother = 60
+
+    def repr__List(self, value: list[Any], level: int) -> str:
+        return self.repr_list(value, level)
+
+    def repr__Map(self, value: dict[Any, Any], level: int) -> str:
+        return self.repr_dict(value, level)
+
+
+_brief = _Brief()
 
 
 def _line(container: object, key: str | int) -> int:
@@ -221,17 +337,21 @@ def load_grid(path: Path) -> Grid:
     try:
         document = yaml.load(text, Loader=_Loader)
     except _FieldError as error:
-        raise UserError(f"{path}:{error.line}: {error.field}: {error.message}") from None
+        raise error.user_error(path) from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise UserError(f"{where}: not valid YAML or JSON: {error.problem}") from None
     except yaml.YAMLError as error:
         raise UserError(f"{path}: not valid YAML or JSON: {error}") from None
+    except (ValueError, OverflowError) as error:  # a document that is one bad scalar
+        raise UserError(f"{path}: not valid YAML or JSON: {error}") from None
+    except RecursionError:  # not reached within MAX_DEPTH; kept as a last guard
+        raise UserError(f"{path}: not valid YAML or JSON: nested too deeply") from None
     try:
         return _grid(path, document)
     except _FieldError as error:
-        raise UserError(f"{path}:{error.line}: {error.field}: {error.message}") from None
+        raise error.user_error(path) from None
 
 
 def _grid(path: Path, document: object) -> Grid:
@@ -249,7 +369,7 @@ def _grid(path: Path, document: object) -> Grid:
             raise _FieldError(
                 _line(document["policies"], index),
                 f"policies[{index}]",
-                f"unknown policy {name!r} (known: {', '.join(POLICIES)})",
+                f"unknown policy {_brief.repr(name)} (known: {', '.join(POLICIES)})",
             )
     seeds = _seeds(document)
     defaults = document.get("defaults", _Map())
@@ -261,11 +381,21 @@ def _grid(path: Path, document: object) -> Grid:
         raise _FieldError(_line(document, "figures"), "figures", "must be a non-empty list")
     figures: list[Figure] = []
     for index, item in enumerate(figures_doc):
-        figure = _figure(item, f"figures[{index}]", _line(figures_doc, index), base)
-        if any(known.name == figure.name for known in figures):
-            raise _FieldError(
-                _line(item, "name"), f"figures[{index}].name", f"{figure.name!r} appears twice"
-            )
+        settings_before = sum(len(figure.settings) for figure in figures)
+        where = f"figures[{index}]"
+        line = _line(figures_doc, index)
+        figure = _figure(item, where, line, base, settings_before, len(seeds), len(policies))
+        for known in figures:
+            if known.name == figure.name:
+                message = f"{figure.name!r} appears twice"
+            elif known.name.casefold() == figure.name.casefold():
+                message = (
+                    f"{figure.name!r} differs from {known.name!r} only in case "
+                    "(the same files where file names ignore case)"
+                )
+            else:
+                continue
+            raise _FieldError(_line(item, "name"), f"{where}.name", message)
         figures.append(figure)
     return Grid(path, tuple(policies), tuple(seeds), tuple(figures))
 
@@ -294,18 +424,36 @@ def _seeds(document: _Map) -> list[int]:
     return list(value)
 
 
-def _figure(item: object, where: str, line: int, base: dict[str, Any]) -> Figure:
+def _figure(
+    item: object,
+    where: str,
+    line: int,
+    base: dict[str, Any],
+    settings_before: int,
+    seeds: int,
+    policies: int,
+) -> Figure:
+    """A figure's settings; refused before they are made if with the ``settings_before``
+    settings of the figures above, on ``seeds`` seeds and ``policies`` policies, the grid
+    has more than :data:`MAX_RUNS` runs."""
     if not isinstance(item, _Map):
         raise _FieldError(line, where, "must be a mapping with name and vary")
     unknown = sorted(set(item) - {"name", "vary", "fixed"})
     if unknown:
         raise _FieldError(_line(item, unknown[0]), f"{where}.{unknown[0]}", "unknown field")
     name = item.get("name")
-    if not isinstance(name, str) or not _FIGURE_NAME.match(name):
+    if not isinstance(name, str) or not _FIGURE_NAME.fullmatch(name):
         raise _FieldError(
             _line(item, "name"),
             f"{where}.name",
             "must be a name of letters, digits, '.', '_' or '-' (it names the figure's files)",
+        )
+    if len(name) > MAX_FIGURE_NAME:
+        raise _FieldError(
+            _line(item, "name"),
+            f"{where}.name",
+            f"{len(name)} characters, more than the {MAX_FIGURE_NAME} a figure name may have "
+            "(it names the figure's files)",
         )
     fixed_doc = item.get("fixed", _Map())
     if not isinstance(fixed_doc, _Map):
@@ -316,7 +464,6 @@ def _figure(item: object, where: str, line: int, base: dict[str, Any]) -> Figure
         raise _FieldError(
             _line(item, "vary"), f"{where}.vary", "must map parameters to lists of values"
         )
-    axes: list[list[tuple[str, str, Any]]] = []
     for parameter, values in vary.items():
         field = f"{where}.vary.{parameter}"
         if parameter not in PARAMETERS:
@@ -325,6 +472,20 @@ def _figure(item: object, where: str, line: int, base: dict[str, Any]) -> Figure
             )
         if not isinstance(values, _List) or not values:
             raise _FieldError(_line(vary, parameter), field, "must be a non-empty list of values")
+    count = math.prod(len(values) for values in vary.values())
+    runs = (settings_before + count) * seeds * policies
+    if runs > MAX_RUNS:
+        above = f" ({settings_before + count:,} with the figures above)" if settings_before else ""
+        raise _FieldError(
+            _line(item, "vary"),
+            f"{where}.vary",
+            f"{_count(count, 'setting')}{above} × {_count(seeds, 'seed')} × "
+            f"{_count(policies, 'policy', 'policies')} = {runs:,} runs, over the limit of "
+            f"{MAX_RUNS:,} runs per grid",
+        )
+    axes: list[list[tuple[str, str, Any]]] = []
+    for parameter, values in vary.items():
+        field = f"{where}.vary.{parameter}"
         axis = []
         for index, value in enumerate(values):
             parsed = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
@@ -342,6 +503,10 @@ def _figure(item: object, where: str, line: int, base: dict[str, Any]) -> Figure
         values_shown = tuple((parameter, shown) for parameter, shown, _ in combination)
         settings.append(Setting(label, values_shown, point))
     return Figure(name, tuple(vary), tuple(settings))
+
+
+def _count(number: int, one: str, many: str = "") -> str:
+    return f"{number:,} {one if number == 1 else many or one + 's'}"
 
 
 def _show(value: object) -> str:
@@ -375,9 +540,11 @@ def _parameter(name: str, value: object, line: int, field: str) -> Any:
 
 
 def _parse_parameter(name: str, value: object) -> Any:
+    shown = _brief.repr(value)
+
     def integer(minimum: int) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise UserError(f"must be an integer >= {minimum}, not {value!r}")
+            raise UserError(f"must be an integer >= {minimum}, not {shown}")
         return value
 
     if name == "workload":
@@ -385,33 +552,33 @@ def _parse_parameter(name: str, value: object) -> Any:
             raise UserError("must be hp-tuning, fb2010 or a workload file")
         return value
     if name == "load":
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not (math.isfinite(value) and value > 0)
-        ):
-            raise UserError(f"must be a positive number, not {value!r}")
-        return float(value)
+        try:
+            number = float(value) if isinstance(value, int | float) else math.nan
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
+            raise UserError(f"must be a positive number, not {shown}")
+        return number
     if name == "queues":
         if value == "ideal":
             return None
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
-            raise UserError(f"must be 'ideal' or a number of classes in 1..64, not {value!r}")
+            raise UserError(f"must be 'ideal' or a number of classes in 1..64, not {shown}")
         return value
     if name == "quantize":
         if value not in STRATEGIES:
-            raise UserError(f"must be one of {', '.join(STRATEGIES)}, not {value!r}")
+            raise UserError(f"must be one of {', '.join(STRATEGIES)}, not {shown}")
         return value
     if name == "mix":
         if value not in MIXES:
-            raise UserError(f"must be one of {', '.join(MIXES)}, not {value!r}")
+            raise UserError(f"must be one of {', '.join(MIXES)}, not {shown}")
         return value
     if name == "models":
-        if not isinstance(value, str | list):
+        if not _text_or_texts(value):
             raise UserError("must be 'all', a model name or a list of model names")
         return parse_models(value)
     if name == "sync":
-        if not isinstance(value, str | list):
+        if not _text_or_texts(value):
             raise UserError("must be ring, ps or both")
         return parse_sync(value)
     if name == "eta":
@@ -421,6 +588,12 @@ def _parse_parameter(name: str, value: object) -> Any:
     if name == "hosts":
         return integer(2)
     raise UserError(f"unknown parameter {name!r}")
+
+
+def _text_or_texts(value: object) -> TypeGuard[str | list[str]]:
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    )
 
 
 def _point(chosen: Mapping[str, Any], line: int, field: str) -> Point:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from control.errors import UserError
 from control.files import atomic_write_text
@@ -122,9 +123,11 @@ def _check_workloads(grid: Grid) -> None:
 
     for name in sorted({point.workload for point in grid.points()} - {"hp-tuning"}):
         try:
-            load_workload(name)
+            workload = load_workload(name)
         except UserError as error:
             raise UserError(f"{grid.path}: workload: {error}") from None
+        if not workload.experiments:
+            raise UserError(f"{grid.path}: workload: {name}: no experiments, so no SCT to compare")
 
 
 def _run_and_append(
@@ -185,7 +188,12 @@ def _write_failures(path: Path, failures: list[tuple[SweepRun, TaskFailure]]) ->
 
 
 def read_records(path: Path) -> dict[str, RunRecord]:
-    """The runs already finished, by key. A line cut short by a kill is dropped from the file."""
+    """The runs already finished, by key. A line cut short by a kill is dropped from the file.
+
+    Only a last line that is not whole JSON and has no newline counts as cut short; any
+    other line that is not a run record as the sweep writes it (:func:`_check_record`) is
+    refused with its line number, before anything runs.
+    """
     if not path.exists():
         return {}
     try:
@@ -201,21 +209,105 @@ def read_records(path: Path) -> dict[str, RunRecord]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            key = record["key"]
-            if not isinstance(key, str) or not isinstance(record["metrics"], dict):
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
+            record = _check_record(_decode(line))
+        except _CutShort as error:
             if number == len(lines) and not text.endswith("\n"):
                 break  # the last run's line was being written when the sweep stopped
-            raise UserError(
-                f"{path}:{number}: not a run record; remove the file or use --restart"
-            ) from None
-        records[key] = record
-        kept.append(line)
+            problem = str(error)
+        except _NotARecord as error:
+            problem = str(error)
+        else:
+            records[record["key"]] = record
+            kept.append(line)
+            continue
+        raise UserError(
+            f"{path}:{number}: not a run record: {problem} (remove the line, or use --restart "
+            "to run every run again)"
+        )
     if text and (not text.endswith("\n") or len(kept) != len([x for x in lines if x.strip()])):
         atomic_write_text(path, "".join(line + "\n" for line in kept))
     return records
+
+
+class _NotARecord(ValueError):
+    pass
+
+
+class _CutShort(_NotARecord):
+    pass
+
+
+def _decode(line: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise _CutShort(f"invalid JSON at column {error.colno}: {error.msg}") from None
+    except ValueError:  # json raises only this one otherwise
+        raise _NotARecord(f"a number of more than {sys.get_int_max_str_digits()} digits") from None
+    except RecursionError:
+        raise _NotARecord("nested too deeply") from None
+
+
+def _check_record(record: object) -> RunRecord:
+    """``record`` if it is a run record: the fields :func:`_run_and_append` writes, with
+    ``key`` made of ``point``, ``seed`` and ``policy``, and ``metrics`` numbers, none
+    negative or infinite, ``avg_sct_s`` (the one the report uses) finite. Other metrics
+    may be NaN: the simulator's mean over nothing (``avg_slowdown`` when every stage
+    takes no time)."""
+    if not isinstance(record, dict):
+        raise _NotARecord("not a JSON object")
+    for field, kind in (("key", str), ("point", dict), ("seed", int), ("policy", str)):
+        if field not in record:
+            raise _NotARecord(f"{field}: missing")
+        value = record[field]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise _NotARecord(f"{field}: not {_KINDS[kind]}")
+    point = record["point"]
+    for name, value in point.items():
+        if not (
+            value is None
+            or isinstance(value, str | int | float)
+            or (isinstance(value, list) and all(isinstance(item, str) for item in value))
+        ):
+            raise _NotARecord(f"point.{_name(name)}: not a parameter value")
+    if record["key"] != json.dumps(
+        {"point": point, "seed": record["seed"], "policy": record["policy"]},
+        sort_keys=True,
+        separators=(",", ":"),
+    ):
+        raise _NotARecord("key: does not match the record's point, seed and policy")
+    if "metrics" not in record:
+        raise _NotARecord("metrics: missing")
+    metrics = record["metrics"]
+    if not isinstance(metrics, dict):
+        raise _NotARecord("metrics: not a JSON object")
+    if "avg_sct_s" not in metrics:
+        raise _NotARecord("metrics.avg_sct_s: missing")
+    for key, value in metrics.items():
+        name = _name(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _NotARecord(f"metrics.{name}: not a number")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if math.isinf(number):
+            raise _NotARecord(f"metrics.{name}: infinite or too large")
+        if number < 0:
+            raise _NotARecord(f"metrics.{name}: negative ({number:g})")
+        if math.isnan(number) and key == "avg_sct_s":
+            raise _NotARecord(f"metrics.{name}: NaN, not a number of seconds")
+    return cast(RunRecord, record)
+
+
+_KINDS = {str: "a string", dict: "a JSON object", int: "an integer"}
+
+
+def _name(key: str) -> str:
+    """A field name from the file, for a one-line message."""
+    if key.isidentifier() and len(key) <= 40:
+        return key
+    return json.dumps(key if len(key) <= 40 else key[:40] + "…")
 
 
 # --- the task ------------------------------------------------------------------------------
@@ -259,4 +351,7 @@ def sweep_run(spec: SweepRun) -> dict[str, float]:
         flow_model=resolve_flow_model("auto", workload),
     )
     result = simulate(workload, get_policy(spec.policy), config)
-    return summarize(result, alone)
+    metrics = summarize(result, alone)
+    if not math.isfinite(metrics["avg_sct_s"]):  # runs.jsonl holds finite SCTs only
+        raise ValueError("no stage finished, so there is no average SCT")
+    return metrics

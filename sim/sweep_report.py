@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypedDict
 
 from control.files import atomic_write, atomic_write_text, write_csv
 from sim.grid import Figure, Grid, Setting, run_key
+
+MAX_PLOT_INCHES = 200.0
+"""Widest plot: the width grows with the settings and policies of a figure, and a plot
+is drawn in memory (120 dpi, 4 bytes a pixel): 200 inches are 24,000 pixels, about 50 MB,
+where a figure of 100,000 settings would ask for gigabytes (or more pixels than
+matplotlib draws) after every run had finished."""
 
 
 class RunRecord(TypedDict):
@@ -29,7 +37,8 @@ def aggregate(grid: Grid, figure: Figure, records: dict[str, RunRecord]) -> list
 
     The ratio is taken per seed (same workload) and then averaged; ``rel_min``,
     ``rel_max`` and ``rel_stdev`` give its spread over seeds, ``per_seed`` the
-    values. Only seeds where both runs finished count.
+    values. Only seeds where both runs finished count, and where the ratio is a
+    number (not when the reference's average SCT is 0: stages that take no time).
     """
     reference = grid.reference
     rows: list[dict[str, Any]] = []
@@ -45,15 +54,20 @@ def aggregate(grid: Grid, figure: Figure, records: dict[str, RunRecord]) -> list
                 for seed in grid.seeds
                 if (key := _run_key(setting, seed, policy)) in records
             }
-            seeds = [seed for seed in grid.seeds if seed in mine and seed in ref_by_seed]
-            ratios = [mine[seed] / ref_by_seed[seed] for seed in seeds]
+            by_seed = {
+                seed: mine[seed] / ref_by_seed[seed]
+                for seed in grid.seeds
+                if seed in mine and ref_by_seed.get(seed, 0.0) > 0
+            }
+            seeds = [seed for seed, ratio in by_seed.items() if math.isfinite(ratio)]
+            ratios = [by_seed[seed] for seed in seeds]
             row: dict[str, Any] = {
                 "setting": setting.label,
                 **dict(setting.values),
                 "policy": policy,
                 "seeds": len(seeds),
-                "avg_sct_s": statistics.fmean(mine.values()) if mine else None,
-                "avg_sct_rel": statistics.fmean(ratios) if ratios else None,
+                "avg_sct_s": _mean(mine.values()) if mine else None,
+                "avg_sct_rel": _mean(ratios) if ratios else None,
                 "rel_min": min(ratios) if ratios else None,
                 "rel_max": max(ratios) if ratios else None,
                 "rel_stdev": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
@@ -62,6 +76,14 @@ def aggregate(grid: Grid, figure: Figure, records: dict[str, RunRecord]) -> list
             }
             rows.append(row)
     return rows
+
+
+def _mean(values: Collection[float]) -> float:
+    """``statistics.fmean``, also where the sum of ``values`` would overflow."""
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        return math.fsum(value / len(values) for value in values)
 
 
 def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[str, Any]:
@@ -157,7 +179,8 @@ def _plot(target: Path, grid: Grid, figure: Figure, rows: list[dict[str, Any]]) 
     others = [policy for policy in grid.policies if policy != reference] or [reference]
     labels = [setting.label for setting in figure.settings]
     width = 0.8 / len(others)
-    fig, axes = plt.subplots(figsize=(max(6.4, 1.1 * len(labels) * max(1, len(others) / 2)), 4.2))
+    inches = min(MAX_PLOT_INCHES, max(6.4, 1.1 * len(labels) * max(1, len(others) / 2)))
+    fig, axes = plt.subplots(figsize=(inches, 4.2))
     for offset, policy in enumerate(others):
         xs, means, low, high, seed_x, seed_y = [], [], [], [], [], []
         for position, label in enumerate(labels):

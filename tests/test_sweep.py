@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sweep_helpers import records, write_grid
 
+import sim.grid
 import sim.sweep
+import sim.sweep_report
 from control.cli import main
-from sim.grid import load_grid
-from sim.sweep import SweepRun
+from control.errors import UserError
+from sim.grid import load_grid, run_key
+from sim.sweep import SweepRun, read_records
+from sim.sweep_report import aggregate, write_reports
 
 
 def test_grid_points_are_shared_between_figures(tmp_path: Path) -> None:
@@ -102,7 +108,12 @@ def test_interrupted_sweep_resumes_without_rerunning(
         handle.write('{"key": "cut sh')
 
     calls.clear()
-    monkeypatch.setattr(sim.sweep, "sweep_run", lambda spec: calls.append(spec) or real(spec))
+
+    def counted(spec: SweepRun) -> dict[str, float]:
+        calls.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(sim.sweep, "sweep_run", counted)
     assert main(["sweep", str(grid), "--out", str(out), "--jobs", "1"]) == 0
     assert len(calls) == 18 - 4
     assert "resuming, 4 of 18 runs already in" in capsys.readouterr().err
@@ -240,3 +251,337 @@ def test_repository_grids_are_valid() -> None:
     for path in grids:
         grid = load_grid(path)
         assert grid.reference == "beamer"
+
+
+# --- limits and malformed input: one line, before anything runs or is expanded -----------
+
+
+SEVEN_PARAMETERS = (
+    "policies: [beamer, fair]\nseeds: [1, 2, 3]\nfigures:\n  - name: big\n    vary:\n"
+    "      load: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]\n"
+    "      queues: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+    "      eta: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n"
+    "      max_trials: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+    "      jobs: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+    "      hosts: [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]\n"
+    "      mix: [sha, hyperband, mixed]\n"
+)
+
+
+def _alias_bomb(levels: int) -> str:
+    """A ``figures`` field whose last anchor is a list of 10**levels integers, in one line."""
+    anchors = ["&x0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for level in range(1, levels):
+        anchors.append(f"&x{level} [" + ", ".join([f"*x{level - 1}"] * 10) + "]")
+    return "figures: [" + ", ".join(anchors) + "]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            SEVEN_PARAMETERS,
+            "small.yaml:5: figures[0].vary: 3,000,000 settings × 3 seeds × 2 policies = "
+            "18,000,000 runs, over the limit of 100,000 runs per grid",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: a\n    vary: {load: [1, 2]}\n"
+            "  - name: b\n    vary:\n      load: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+            "      jobs: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+            "      eta: [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n"
+            "      hosts: [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]\n"
+            "      max_trials: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n",
+            "small.yaml:7: figures[1].vary: 100,000 settings (100,002 with the figures above) "
+            "× 1 seed × 1 policy = 100,002 runs, over the limit",
+        ),
+        (
+            "policies: " + "[" * 1000 + "]" * 1000 + "\n",
+            "small.yaml:1: nested deeper than 32 levels of lists and mappings",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1" + "0" * 5000 + "]\nfigures: []\n",
+            "small.yaml:2: seeds[0]: an integer of more than 4300 digits",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\ndefaults:\n  jobs: 1" + "0" * 5000 + "\nfigures: []\n",
+            "small.yaml:4: defaults.jobs: an integer of more than 4300 digits",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: a\n"
+            "    vary: {jobs: [1, 0x" + "f" * 4000 + "]}\n",
+            "small.yaml:5: figures[0].vary.jobs[1]: an integer of more than 4300 digits",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\ndefaults: {load: 1" + "0" * 400 + "}\nfigures: []\n",
+            "small.yaml:3: defaults.load: must be a positive number, not 1000",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\ndefaults: {load: !!float x}\nfigures: []\n",
+            "small.yaml:3: defaults.load: not a valid float: 'x'",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\ndefaults: {jobs: 0x_}\nfigures: []\n",
+            "small.yaml:3: defaults.jobs: not a valid int: '0x_'",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: a\n"
+            "    vary: {load: [1], load: [2]}\n",
+            "small.yaml:5: figures[0].vary.load: appears twice",
+        ),
+        (
+            _alias_bomb(6) + "policies: [beamer]\nseeds: [1]\ndefaults: {load: *x5}\n",
+            "small.yaml:4: defaults.load: must be a positive number, not [[...], [...], [...], "
+            "[...], ...]",
+        ),
+        (
+            _alias_bomb(6) + "policies: [beamer]\nseeds: [1]\n? *x5\n: 1\n",
+            "small.yaml:1: key [[...], [...], [...], [...], ...] is not a name",  # where x5 is
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: " + "a" * 300 + "\n"
+            "    vary: {load: [1]}\n",
+            "small.yaml:4: figures[0].name: 300 characters, more than the 100 a figure name "
+            "may have",
+        ),
+        (
+            'policies: [beamer]\nseeds: [1]\nfigures:\n  - name: "a\\n"\n    vary: {load: [1]}\n',
+            "small.yaml:4: figures[0].name: must be a name of letters",
+        ),
+        (
+            'policies: [beamer]\nseeds: [1]\n"a\\nb": 1\nfigures: []\n',
+            "small.yaml:3: a\\nb: unknown field",
+        ),
+        (
+            "policies: [beamer, " + "x" * 100_000 + "]\nseeds: [1]\nfigures: []\n",
+            "small.yaml:1: policies[1]: unknown policy '"
+            + "x" * 27
+            + "..."
+            + "x" * 28
+            + "' (known",
+        ),
+        (
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: Load\n    vary: {load: [1]}\n"
+            "  - name: load\n    vary: {load: [2]}\n",
+            "small.yaml:6: figures[1].name: 'load' differs from 'Load' only in case",
+        ),
+    ],
+)
+def test_grid_beyond_limits_is_one_line_before_expanding(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    message: str,
+) -> None:
+    made: list[object] = []
+    real = sim.grid._point
+
+    def counted(*args: Any) -> Any:  # without a limit the big grids never end: stop them
+        made.append(None)
+        if len(made) > 10_000:
+            raise AssertionError("the grid is being expanded")
+        return real(*args)
+
+    monkeypatch.setattr(sim.grid, "_point", counted)
+    grid = write_grid(tmp_path, text)
+    out = tmp_path / "out"
+    assert main(["sweep", str(grid), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beamer: error: {tmp_path / message}"), err[:300]
+    assert err.count("\n") == 1 and len(err) < 600, err[:300]
+    assert len(made) <= 2  # at most the settings of a small figure above
+    assert not out.exists()
+
+
+def test_grid_at_the_run_limit_is_read(tmp_path: Path) -> None:
+    values = ", ".join(str(0.01 * (index + 1)) for index in range(100))
+    text = (
+        "policies: [beamer, fair]\nseeds: [1, 2, 3, 4, 5]\n"
+        f"figures:\n  - name: a\n    vary:\n      load: [{values}]\n"
+        f"      queues: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+    )
+    grid = load_grid(write_grid(tmp_path, text))
+    assert len(grid.points()) * len(grid.seeds) * len(grid.policies) == 10_000
+
+
+# --- runs.jsonl written by someone else: every bad line is one line naming it ----------------
+
+
+def _good_record(tmp_path: Path, seed: int = 1, policy: str = "beamer") -> dict[str, Any]:
+    point = load_grid(write_grid(tmp_path)).points()[0]
+    return {
+        "key": run_key(point, seed, policy),
+        "point": point.as_dict(),
+        "seed": seed,
+        "policy": policy,
+        "metrics": {"avg_sct_s": 2.5, "avg_slowdown": 1.5, "stages": 4.0, "wall_s": 0.1},
+    }
+
+
+def _metric(name: str, value: object) -> Callable[[dict[str, Any]], object]:
+    def change(record: dict[str, Any]) -> object:
+        record["metrics"][name] = value
+        return record
+
+    return change
+
+
+def _without(field: str) -> Callable[[dict[str, Any]], object]:
+    def change(record: dict[str, Any]) -> object:
+        del record[field]
+        return record
+
+    return change
+
+
+def _field(field: str, value: object) -> Callable[[dict[str, Any]], object]:
+    def change(record: dict[str, Any]) -> object:
+        record[field] = value
+        return record
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_field("metrics", {}), "metrics.avg_sct_s: missing"),
+        (_without("metrics"), "metrics: missing"),
+        (_field("metrics", [1.0]), "metrics: not a JSON object"),
+        (_metric("avg_sct_s", "2.5"), "metrics.avg_sct_s: not a number"),
+        (_metric("avg_sct_s", True), "metrics.avg_sct_s: not a number"),
+        (_metric("avg_sct_s", float("nan")), "metrics.avg_sct_s: NaN, not a number of seconds"),
+        (_metric("avg_sct_s", float("inf")), "metrics.avg_sct_s: infinite or too large"),
+        (_metric("avg_slowdown", float("-inf")), "metrics.avg_slowdown: infinite or too large"),
+        (_metric("avg_sct_s", 10**400), "metrics.avg_sct_s: infinite or too large"),
+        (_metric("avg_sct_s", -2.5), "metrics.avg_sct_s: negative (-2.5)"),
+        (_metric("stages", -1), "metrics.stages: negative (-1)"),
+        (_metric("a\nb", "1"), 'metrics."a\\nb": not a number'),
+        (_without("key"), "key: missing"),
+        (_without("seed"), "seed: missing"),
+        (_field("seed", "1"), "seed: not an integer"),
+        (_field("policy", None), "policy: not a string"),
+        (_field("point", {"load": {"deep": 1}}), "point.load: not a parameter value"),
+        (_field("seed", 2), "key: does not match the record's point, seed and policy"),
+        (lambda record: [record], "not a JSON object"),
+        (lambda record: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (lambda record: '{"seed": 1' + "0" * 5000 + "}", "a number of more than 4300 digits"),
+        (lambda record: '{"key": "cut', "invalid JSON at column 9"),
+    ],
+)
+def test_bad_run_record_is_one_line_naming_file_and_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    change: Callable[[dict[str, Any]], object],
+    message: str,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    bad = change(_good_record(tmp_path))
+    lines = [
+        json.dumps(_good_record(tmp_path)),
+        bad if isinstance(bad, str) else json.dumps(bad),
+        json.dumps(_good_record(tmp_path, policy="fair")),
+    ]
+    runs = out / "runs.jsonl"
+    runs.write_text("\n".join(lines) + "\n")
+
+    def must_not_run(spec: SweepRun) -> dict[str, float]:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(sim.sweep, "sweep_run", must_not_run)
+    assert main(["sweep", str(write_grid(tmp_path)), "--out", str(out), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beamer: error: {runs}:2: not a run record: {message}"), err[:300]
+    assert err.count("\n") == 1
+    assert runs.read_text() == "\n".join(lines) + "\n"
+    assert sorted(path.name for path in out.iterdir()) == ["runs.jsonl"]
+
+
+def test_run_records_keep_nan_where_the_simulator_writes_it(tmp_path: Path) -> None:
+    # summarize gives NaN for a mean over nothing (no slowdown when stages take no time)
+    record = _good_record(tmp_path)
+    record["metrics"]["avg_slowdown"] = float("nan")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(record) + "\n")
+    assert list(read_records(runs)) == [record["key"]]
+
+
+def test_complete_last_line_without_newline_is_checked_not_dropped(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.jsonl"
+    good = json.dumps(_good_record(tmp_path))
+    runs.write_text(good + "\n" + good.replace('"avg_sct_s": 2.5', '"avg_sct_s": NaN'))
+    with pytest.raises(UserError, match=r"runs.jsonl:2: not a run record: metrics.avg_sct_s"):
+        read_records(runs)
+    runs.write_text(good + "\n" + good[:40])  # cut short by a kill: dropped
+    assert len(read_records(runs)) == 1
+    assert runs.read_text() == good + "\n"
+
+
+def test_reference_without_sct_gives_no_ratio(tmp_path: Path) -> None:
+    grid = load_grid(write_grid(tmp_path))
+    setting = grid.figures[0].settings[0]
+    records: dict[str, Any] = {}
+    for seed, reference_sct in ((1, 0.0), (2, 2.0)):
+        for policy, sct in (("beamer", reference_sct), ("sincronia", 3.0), ("fair", 4.0)):
+            key = run_key(setting.point, seed, policy)
+            records[key] = {"key": key, "metrics": {"avg_sct_s": sct}}
+    rows = aggregate(grid, grid.figures[0], records)
+    fair = next(row for row in rows if row["setting"] == setting.label and row["policy"] == "fair")
+    assert fair["seeds"] == 1 and fair["avg_sct_rel"] == 2.0 and fair["per_seed"] == {2: 2.0}
+    assert fair["avg_sct_s"] == 4.0
+
+
+def test_workload_without_experiments_is_refused_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = tmp_path / "empty.json"
+    workload.write_text(
+        '{"format": "beamer-workload/1", "num_hosts": 2, "link_bps": 1e9, "experiments": []}'
+    )
+    text = (
+        "policies: [beamer, fair]\nseeds: [1]\n"
+        f"figures:\n  - name: a\n    vary: {{workload: [{workload}]}}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_grid(tmp_path, text)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"beamer: error: {tmp_path / 'small.yaml'}: workload: {workload}: no experiments, "
+        "so no SCT to compare\n"
+    )
+    assert not out.exists()
+
+
+def test_run_without_an_average_sct_fails_instead_of_being_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = sim.sweep.summarize
+
+    def no_stage(*args: Any) -> dict[str, float]:
+        return {**real(*args), "avg_sct_s": float("nan")}
+
+    monkeypatch.setattr(sim.sweep, "summarize", no_stage)
+    text = (
+        "policies: [beamer]\nseeds: [1]\ndefaults: {jobs: 1, hosts: 10, mix: sha, max_trials: 2}\n"
+        "figures:\n  - name: a\n    vary: {load: [0.5]}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_grid(tmp_path, text)), "--out", str(out), "--jobs", "1"]) == 1
+    assert "no stage finished, so there is no average SCT" in capsys.readouterr().err
+    assert not (out / "runs.jsonl").exists()
+    assert "nan" not in (out / "table.md").read_text()
+
+
+def test_plot_of_a_figure_with_many_settings_stays_bounded(tmp_path: Path) -> None:
+    values = ", ".join(str(0.001 * (index + 1)) for index in range(600))
+    text = (
+        "policies: [beamer, fair]\nseeds: [1]\n"
+        f"figures:\n  - name: a\n    vary: {{load: [{values}]}}\n"
+    )
+    grid = load_grid(write_grid(tmp_path, text))
+    write_reports(tmp_path, grid, {})
+    header = (tmp_path / "a.png").read_bytes()[:24]
+    width = int.from_bytes(header[16:20], "big")  # the PNG's IHDR chunk
+    assert width <= sim.sweep_report.MAX_PLOT_INCHES * 120
