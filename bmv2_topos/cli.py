@@ -94,7 +94,7 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     if args.seed is not None:
         seeds: tuple[int, ...] = (args.seed,)
     else:
-        seeds = parse_ints(args.seeds or "1", "--seeds")
+        seeds = parse_ints("1" if args.seeds is None else args.seeds, "--seeds")
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
     if not 1 <= args.rto_min_ms <= 10_000:

@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
         "per-flow: the reference model, one entry per flow and numpy allocators. Both give "
         "the per-flow fluid answer",
     )
-    parser.add_argument("--out", type=Path, default=None, help="directory for CSV files and plots")
+    parser.add_argument("--out", default=None, help="directory for CSV files and plots")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     add_executor_flags(parser)
     parser.set_defaults(func=run)
@@ -120,10 +120,20 @@ def parse_queues(text: str) -> list[int | None]:
     return modes
 
 
+def out_dir(text: str) -> Path:
+    """``--out``: an empty name would quietly mean the current directory."""
+    if not text.strip():
+        raise UserError("--out: an empty directory name (write --out . for this directory)")
+    return Path(text)
+
+
 def parse_policies(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise UserError("--policies: no policy given")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"--policies: {', '.join(map(repr, twice))} given more than once")
     for name in names:
         policy_from_spec(name)
     return names
@@ -141,15 +151,18 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--load: must be a positive number, not {args.load}")
     strategy: Strategy = args.quantize
     executor = Executor(args.executor, args.jobs, args.ray_address)
-    if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UserError(f"{args.out}: cannot create: {error.strerror or error}") from None
-
-    # Load every seed's workload here first: bad input fails before any run starts.
+    out = None if args.out is None else out_dir(args.out)
+    # Load every seed's workload here first: bad input fails before any run starts,
+    # and before the output directory is made.
     for seed in seeds:
         workload, _ = _prepared(args.workload, seed, args.load)
+        if not workload.experiments:
+            raise UserError(f"{args.workload}: the workload has no experiments to simulate")
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"{out}: cannot create: {error.strerror or error}") from None
     flow_model = resolve_flow_model(args.flow_model, workload)
     runs = [
         RunSpec(args.workload, seed, args.load, mode, strategy, name, flow_model)
@@ -170,7 +183,13 @@ def run(args: argparse.Namespace) -> int:
     summary = _aggregate(per_seed, policies, modes)
     reference = "beamer" if "beamer" in policies else None
     if args.json:
-        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
+        # A metric with no value (a slowdown where every stage took no time) is null:
+        # NaN is not JSON.
+        finite = {
+            label: {key: value if math.isfinite(value) else None for key, value in row.items()}
+            for label, row in summary.items()
+        }
+        json.dump(finite, sys.stdout, indent=2, sort_keys=True, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(
@@ -181,8 +200,8 @@ def run(args: argparse.Namespace) -> int:
             labels = [n if len(modes) == 1 else f"{n} {mode_label(mode)}" for n in policies]
             print(f"\nqueues: {mode_label(mode)}")
             print(table({label: summary[label] for label in labels}, reference))
-    if args.out is not None:
-        _write_outputs(args.out, summary, sct_values, stage_rows, policies, modes, reference)
+    if out is not None:
+        _write_outputs(out, summary, sct_values, stage_rows, policies, modes, reference)
     return 0
 
 
@@ -278,6 +297,8 @@ def _aggregate(
         for mode in modes:
             suffix = "" if len(modes) == 1 else f" {mode_label(mode)}"
             reference = per_seed[f"beamer{suffix}"]
+            if any(ref["avg_sct_s"] <= 0.0 for ref in reference):
+                continue  # stages that took no time: no ratio to take (the table says n/a)
             for name in policies:
                 runs = per_seed[f"{name}{suffix}"]
                 ratios = [
@@ -319,7 +340,7 @@ def _write_outputs(
             {policy: sct_values[f"{policy}{suffix}"] for policy in policies},
             f"SCT CDF, queues {name}",
         )
-        if reference is not None:
+        if reference is not None and "avg_sct_rel" in summary[f"{reference}{suffix}"]:
             plot_normalised(
                 out / f"avg_sct_vs_{reference}_{name}.png",
                 {policy: summary[f"{policy}{suffix}"]["avg_sct_rel"] for policy in policies},

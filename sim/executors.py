@@ -53,6 +53,11 @@ _RAY_NICENESS_ENV = "RAY_worker_niceness"
 _LOCAL_TEMP_DIR: str | None = None
 
 
+MAX_JOBS = 1024
+"""Parallel runs at most: each is a process (or a Ray CPU) with its own simulator in
+memory; far more than any one machine's cores, far fewer than would exhaust it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Executor:
     """How to run: ``kind``, parallel runs (local processes, or a local Ray's CPUs)."""
@@ -64,8 +69,8 @@ class Executor:
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
             raise UserError(f"--executor: {self.kind!r} is not one of {', '.join(EXECUTORS)}")
-        if self.jobs < 1:
-            raise UserError(f"--jobs: must be at least 1, not {self.jobs}")
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise UserError(f"--jobs: {self.jobs} is out of range 1..{MAX_JOBS}")
         if self.ray_address is not None and self.kind != "ray":
             raise UserError("--ray-address applies to --executor ray only")
 
@@ -147,7 +152,8 @@ def run_tasks(
 def _pool_outcomes(
     fn: Callable[[Item], Result], items: Sequence[Item], jobs: int
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    # No more workers than runs: each is a process that loads the simulator.
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
     try:
         futures: dict[Future[_Outcome[Result]], int] = {
             pool.submit(_guarded, fn, item): index for index, item in enumerate(items)

@@ -19,6 +19,11 @@ COLUMNS: tuple[tuple[str, str, float], ...] = (
 )
 
 
+def _cell(value: float) -> str:
+    """A metric to three decimals; n/a where it has no value (a ratio to zero)."""
+    return f"{value:.3f}" if math.isfinite(value) else "n/a"
+
+
 def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str:
     """A fixed-width table, one row per label; ``vs ref`` is avg SCT over the reference's."""
     headers = ["policy", *(name for name, _, _ in COLUMNS)]
@@ -26,9 +31,9 @@ def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str
         headers.append(f"vs {reference}")
     lines = []
     for label, metrics in rows.items():
-        cells = [label, *(f"{metrics[key] * scale:.3f}" for _, key, scale in COLUMNS)]
+        cells = [label, *(_cell(metrics[key] * scale) for _, key, scale in COLUMNS)]
         if reference is not None:
-            cells.append(f"{metrics.get('avg_sct_rel', math.nan):.3f}")
+            cells.append(_cell(metrics.get("avg_sct_rel", math.nan)))
         lines.append(cells)
     widths = [max(len(row[i]) for row in [headers, *lines]) for i in range(len(headers))]
     out = [
@@ -56,12 +61,15 @@ def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], titl
     import numpy as np
 
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    positive = False
     for label, values in sct_by_label.items():
         data = np.sort(np.asarray(values, dtype=float))
         if len(data) == 0:
             continue
+        positive = positive or bool(data[-1] > 0)
         axes.step(data, np.arange(1, len(data) + 1) / len(data), where="post", label=label)
-    axes.set_xscale("log")
+    if positive:  # a log axis needs a time above zero (stages can take none)
+        axes.set_xscale("log")
     axes.set_xlabel("stage completion time (s)")
     axes.set_ylabel("fraction of stages")
     axes.set_title(title)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -235,6 +236,18 @@ def test_emulate_rejects_bad_flags_before_touching_the_network(
     assert main(["emulate", "--queues", "9"]) == 2
     assert main(["emulate", "--rto-min-ms", "0"]) == 2
     assert main(["emulate", "--target", "bmv2"]) == 2  # needs --bmv2-json and --p4info
+
+
+def test_an_empty_seed_list_is_refused_not_taken_for_seed_1() -> None:
+    from bmv2_topos import cli
+
+    args = argparse.Namespace(
+        seed=None, seeds="", queues=8, rto_min_ms=10, target="embedded", bmv2_json=None, p4info=None
+    )
+    with pytest.raises(UserError, match="--seeds: no value given"):
+        cli.network_seeds(args)
+    args.seeds = None
+    assert cli.network_seeds(args) == (1,)
 
 
 def test_emulate_refuses_an_unknown_congestion_control_in_one_line(

@@ -116,6 +116,11 @@ def test_table_and_files_for_two_queue_modes(
         (["--seeds", "1,a"], "--seeds"),
         (["--load", "-1"], "--load"),
         (["--workload", "no-such-file.json"], "no-such-file.json: no such file"),
+        (["--policies", "sincronia,sincronia,beamer"], "'sincronia' given more than once"),
+        (["--policies", "beamer,fair,beamer"], "'beamer' given more than once"),
+        (["--out", ""], "--out: an empty directory name"),
+        (["--jobs", "0"], "--jobs: 0 is out of range"),
+        (["--jobs", "100000"], "--jobs: 100000 is out of range"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(
@@ -198,3 +203,41 @@ def test_the_packaged_fb2010_trace_runs_with_no_shared_folder(
     assert status == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["coflows"] == 526
+
+
+def test_a_bad_workload_leaves_no_output_directory(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("4 1\n1 0 1 0 1 1:x\n")
+    out = tmp_path / "out"
+    assert main(["simulate", "--workload", str(bad), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_a_workload_with_no_experiments_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.json"
+    json_format.write(Workload(2, 1e9, ()), empty)
+    assert main(["simulate", "--workload", str(empty), "--json"]) == 2
+    assert "has no experiments to simulate" in capsys.readouterr().err
+
+
+def test_stages_that_take_no_time_give_no_ratio_and_valid_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace whose only coflow has no bytes: every SCT is 0, so there is no ratio to
+    Beamer and no slowdown. The JSON says null (NaN is not JSON), the table n/a."""
+    trace = tmp_path / "zero.txt"
+    trace.write_text("4 1\n1 0 1 0 1 1:0\n")
+    argv = ["simulate", "--workload", str(trace), "--policies", "beamer,fifo", "--jobs", "1"]
+    assert main([*argv, "--json", "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    result = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert result["fifo"]["avg_sct_s"] == 0.0
+    assert result["fifo"]["avg_slowdown"] is None
+    assert "avg_sct_rel" not in result["fifo"]
+    assert (tmp_path / "out" / "summary.csv").exists()
+    assert main(argv) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    fifo = next(row for row in rows if row[:1] == ["fifo"])
+    assert fifo[-1] == "n/a" and "nan" not in fifo
