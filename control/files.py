@@ -9,14 +9,18 @@ into one :class:`UserError` line naming the file and line.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import functools
 import io
 import json
 import os
 import re
+import shutil
+import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -143,6 +147,66 @@ def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     temporary file is removed and ``target`` is untouched. The file gets the
     usual permissions (``0666`` less the umask), not ``mkstemp``'s ``0600``.
     """
+    atomic_write_all({target: write})
+
+
+def atomic_write_all(writes: Mapping[Path, Callable[[Path], object]]) -> None:
+    """:func:`atomic_write` of several files that appear together or not at all.
+
+    Every file is written to a temporary name beside its target first; only once all
+    were written are they renamed over their targets. On any failure the temporary
+    files are removed, and a target renamed before a later rename failed gets its
+    old content back (or is removed when it did not exist), so every target is left
+    as it was. A target that is a directory is refused before anything is written.
+    """
+    for target in writes:
+        if _is_directory(target):
+            raise UserError(f"{target}: cannot write: is a directory")
+    staged: list[tuple[Path, Path]] = []  # (temporary, target)
+    backups: list[Path | None] = []  # old content of staged[i]'s target, None if none
+    renamed = 0
+    try:
+        for target, write in writes.items():
+            staged.append((_staged(target, write), target))
+        # Only a rename after the first can fail with another already done: keep the
+        # old content of every target but the last, to put it back then.
+        for _, target in staged[:-1]:
+            backups.append(_backup(target))
+        for temporary, target in staged:
+            try:
+                os.replace(temporary, target)
+            except OSError as error:
+                raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
+            renamed += 1
+    except BaseException:
+        if renamed < len(staged):
+            for index in reversed(range(renamed)):
+                target, backup = staged[index][1], backups[index]
+                with contextlib.suppress(OSError):
+                    if backup is None:
+                        target.unlink()
+                    else:
+                        os.replace(backup, target)
+        raise
+    finally:
+        for temporary, _ in staged[renamed:]:
+            temporary.unlink(missing_ok=True)
+        for backup in backups:
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+
+
+def _is_directory(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symbolic link points to) is a directory."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _staged(target: Path, write: Callable[[Path], object]) -> Path:
+    """A temporary file beside ``target``, filled by ``write``, synced, with the usual
+    permissions; removed again (and a :class:`UserError` naming ``target``) on failure."""
     try:
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as error:
@@ -156,12 +220,36 @@ def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, target)
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
         raise
+    return temporary
+
+
+def _backup(target: Path) -> Path | None:
+    """A second name beside ``target`` for its current content (a hard link, or a copy
+    where links are refused); None when there is no ``target``."""
+    if not os.path.lexists(target):
+        return None
+    backup: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+        os.close(fd)
+        backup = Path(name)
+        backup.unlink()
+        try:
+            os.link(target, backup, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(target, backup, follow_symlinks=False)
+    except BaseException as error:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
+        raise
+    return backup
 
 
 def atomic_write_text(target: Path, text: str) -> None:
@@ -172,6 +260,14 @@ def atomic_write_text(target: Path, text: str) -> None:
 def atomic_write_bytes(target: Path, data: bytes) -> None:
     """:func:`atomic_write` of bytes."""
     atomic_write(target, lambda path: path.write_bytes(data))
+
+
+def atomic_write_all_bytes(contents: Mapping[Path, bytes]) -> None:
+    """:func:`atomic_write_all` of bytes: every file is written, or none is."""
+    writes = {
+        target: functools.partial(Path.write_bytes, data=data) for target, data in contents.items()
+    }
+    atomic_write_all(writes)
 
 
 def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

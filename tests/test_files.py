@@ -1,3 +1,5 @@
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -6,6 +8,7 @@ from control.errors import UserError
 from control.files import (
     MAX_JSON_DEPTH,
     atomic_write,
+    atomic_write_all_bytes,
     atomic_write_bytes,
     parse_json,
     read_json,
@@ -25,6 +28,39 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         atomic_write(target, half_write)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["linked", "copied"])
+def test_files_written_together_appear_together_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hard_links: bool
+) -> None:
+    if not hard_links:  # old contents are kept by copies where links are refused
+
+        def link(*args: object, **kwargs: object) -> None:
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+        monkeypatch.setattr(os, "link", link)
+    (tmp_path / "a").write_bytes(b"old a")
+    (tmp_path / "c").write_bytes(b"old c")
+    contents = {tmp_path / name: f"new {name}".encode() for name in ("a", "b", "c")}
+    real_replace = os.replace
+
+    def replace(source: str | Path, target: str | Path) -> None:
+        if Path(target).name == "c":  # renamed last, after a and b
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(UserError, match=r"/c: cannot write: Operation not permitted"):
+        atomic_write_all_bytes(contents)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {"a": b"old a", "c": b"old c"}
+    monkeypatch.setattr(os, "replace", real_replace)
+    atomic_write_all_bytes(contents)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        "a": b"new a",
+        "b": b"new b",
+        "c": b"new c",
+    }
 
 
 def test_written_files_get_ordinary_permissions(tmp_path: Path) -> None:

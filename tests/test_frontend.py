@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -249,3 +252,173 @@ def test_compile_runs_p4c_when_present_and_compares_p4info(
     assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out)]) == 0
     name = changed.tables[0].preamble.name
     assert f"describes another program: 'tables' differs: {name}" in capsys.readouterr().out
+
+
+def compile_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line ``beamer compile ARGV`` fails with (exit status 2, no traceback)."""
+    assert beamer_main(["compile", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip().removeprefix("beamer: error: ")
+
+
+def test_compile_writes_no_output_when_one_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "build"
+    out.mkdir()
+    (out / "beamer.p4info.txtpb").write_text("old p4info\n")
+    (out / "beamer.softswitch.json").mkdir()
+    message = compile_error([str(BEAMER_P4), "--out", str(out), "--no-p4c"], capsys)
+    assert message == f"{out / 'beamer.softswitch.json'}: cannot write: is a directory"
+    assert (out / "beamer.p4info.txtpb").read_text() == "old p4info\n"
+    assert sorted(path.name for path in out.iterdir()) == [
+        "beamer.p4info.txtpb",
+        "beamer.softswitch.json",
+    ]
+
+
+def test_compile_puts_back_outputs_renamed_before_another_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when one output cannot be replaced (another user's file in a sticky directory,
+    an immutable file): the outputs renamed before it get their old content back."""
+    real_replace = os.replace
+
+    def replace(source: str | Path, target: str | Path) -> None:
+        if Path(target).name == "beamer.softswitch.json":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "build"
+    out.mkdir()
+    old = {"beamer.p4info.txtpb": "old p4info\n", "beamer.softswitch.json": "old config\n"}
+    for name, text in old.items():
+        (out / name).write_text(text)
+    message = compile_error([str(BEAMER_P4), "--out", str(out), "--no-p4c"], capsys)
+    assert message == f"{out / 'beamer.softswitch.json'}: cannot write: Operation not permitted"
+    assert {path.name: path.read_text() for path in out.iterdir()} == old
+    # Nothing either where nothing was: not even the directories made for the outputs.
+    fresh = tmp_path / "fresh" / "build"
+    compile_error([str(BEAMER_P4), "--out", str(fresh), "--no-p4c"], capsys)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_compile_refuses_an_empty_out_and_one_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    message = compile_error([str(BEAMER_P4), "--out", "", "--no-p4c"], capsys)
+    assert message == "--out is empty: name the output directory (e.g. --out build)"
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "build").write_text("")
+    message = compile_error([str(BEAMER_P4), "--out", "build", "--no-p4c"], capsys)
+    assert message == "--out build: exists and is not a directory"
+
+
+def test_compile_says_what_is_wrong_with_the_program_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--out", str(tmp_path / "build"), "--no-p4c"]
+    assert compile_error([str(PROGRAMS), *args], capsys) == (
+        f"{PROGRAMS}: is a directory, not a P4 program"
+    )
+    missing = tmp_path / "missing.p4"
+    assert compile_error([str(missing), *args], capsys) == f"{missing}: no such P4 program"
+    latin1 = tmp_path / "latin1.p4"
+    latin1.write_bytes(b"header h_t {\n  bit<8> caf\xe9;\n}\n")
+    assert compile_error([str(latin1), *args], capsys) == (
+        f"{latin1}:2:13: not UTF-8 text (byte 0xe9: invalid continuation byte)"
+    )
+    unreadable = tmp_path / "unreadable.p4"
+    unreadable.write_bytes(BEAMER_P4.read_bytes())
+    real_open = os.open
+
+    def open_(path: str | Path, flags: int, *args: object, **kwargs: object) -> int:
+        if Path(path) == unreadable:  # what chmod 000 does, for root too
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_)
+    assert compile_error([str(unreadable), *args], capsys) == (
+        f"{unreadable}: cannot read: Permission denied"
+    )
+    assert not (tmp_path / "build").exists()
+
+
+def test_compile_refuses_a_fifo_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "program.p4"
+    os.mkfifo(fifo)
+    completed = subprocess.run(
+        [sys.executable, "-m", "control.cli", "compile", str(fifo), "--out",
+         str(tmp_path / "build"), "--no-p4c"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert completed.stderr == f"beamer: error: {fifo}: is a FIFO (named pipe), not a P4 program\n"
+
+
+def test_an_error_at_an_include_names_the_file_left_unfinished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--out", str(tmp_path / "build"), "--no-p4c"]
+    garbage = tmp_path / "g.p4"
+    garbage.write_text("garbage\n#include <core.p4>\n")
+    assert compile_error([str(garbage), *args], capsys) == (
+        f"{garbage}:1:8: expected a name after 'garbage', found 'error' at core.p4:7:1, "
+        "in another file"
+    )
+    # An included file that stops in the middle of a declaration is blamed where it stops,
+    half = tmp_path / "half.p4"
+    half.write_text("header h_t {\n  bit<8> a\n")
+    main = tmp_path / "main.p4"
+    main.write_text('#include "half.p4"\n}\n')
+    assert compile_error([str(main), *args], capsys) == (
+        f"{half}:2:11: expected ';' after 'a', found '}}' at {main}:2:1, in another file"
+    )
+    # and an included file whose first declaration is wrong is blamed for it.
+    bad = tmp_path / "bad.p4"
+    bad.write_text("123;\n")
+    main.write_text('const bit<8> X = 1;\n#include "bad.p4"\n')
+    assert compile_error([str(main), *args], capsys) == (
+        f"{bad}:1:1: expected a declaration, found '123'"
+    )
+    assert not (tmp_path / "build").exists()
+
+
+def failing_p4c(directory: Path) -> None:
+    """A stand-in ``p4c`` that writes part of its outputs, then fails."""
+    script = directory / "p4c"
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import sys, pathlib\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('-o') + 1])\n"
+        "(out / (pathlib.Path(sys.argv[-1]).stem + '.json')).write_text('{')\n"
+        "sys.exit('error: something p4c does not like')\n"
+    )
+    script.chmod(0o755)
+
+
+def test_compile_writes_p4cs_outputs_with_ours_or_none_at_all(
+    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    failing_p4c(bin_dir)
+    out = tmp_path / "build"
+    assert compile_error([str(BEAMER_P4), "--out", str(out)], capsys) == (
+        f"p4c failed on {BEAMER_P4}, nothing written (--no-p4c skips p4c): "
+        "error: something p4c does not like"
+    )
+    assert not out.exists()
+    fake_p4c(bin_dir, text_format.MessageToString(beamer.p4info))
+    assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out)]) == 0
+    assert sorted(path.name for path in out.iterdir()) == [
+        "beamer.json",
+        "beamer.p4c.p4info.txtpb",
+        "beamer.p4info.txtpb",
+        "beamer.softswitch.json",
+    ]

@@ -37,6 +37,9 @@ KEYWORDS = {
 
 _UNSUPPORTED_KEYWORDS = {"header_union", "abstract"}
 
+# Tokens after which a new declaration or statement may start.
+_ENDS_A_CONSTRUCT = {";", "{", "}"}
+
 
 @dataclass(frozen=True, slots=True)
 class Token:
@@ -181,7 +184,29 @@ class Parser:
     def error(self, message: str, token: Token | None = None) -> CompileError:
         token = token or self.tok
         found = "end of input" if token.kind == "eof" else repr(token.text)
+        previous = self.previous_token(token)
+        if (
+            previous is not None
+            and previous.loc.file != token.loc.file
+            and not (previous.kind == "op" and previous.text in _ENDS_A_CONSTRUCT)
+        ):
+            # The construct `previous` is part of is left unfinished where the text of
+            # another file takes over (an #include starts or ends there): the mistake is
+            # in `previous`'s file, not at the first token of the other one (a user's
+            # 'garbage' before '#include <core.p4>' is not core.p4's fault).
+            loc = previous.loc
+            after = SourceLocation(loc.file, loc.line, loc.column + len(previous.text))
+            return CompileError(
+                after,
+                f"{message} after {previous.text!r}, found {found} at {token.loc}, in another file",
+            )
         return CompileError(token.loc, f"{message}, found {found}")
+
+    def previous_token(self, token: Token) -> Token | None:
+        """The token before ``token`` when that is the current one (else None)."""
+        if self.pending_gt is not None or self.pos == 0 or token is not self.tokens[self.pos]:
+            return None
+        return self.tokens[self.pos - 1]
 
     def expect(self, text: str) -> Token:
         if text == ">" and self.at(">>"):

@@ -7,7 +7,9 @@ starting with ``#`` is a CompileError, not silently dropped.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,52 @@ def strip_comments(text: str) -> str:
     return "".join(out)
 
 
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISFIFO, "is a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "is a socket"),
+    (stat.S_ISCHR, "is a character device"),
+    (stat.S_ISBLK, "is a block device"),
+)
+
+
+def read_program(path: Path) -> str:
+    """The text of the P4 program in ``path``; a CompileError of one line when it is
+    missing, a directory or another file that is not a regular one (never waited on:
+    a FIFO is opened without blocking and refused), unreadable, or not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise CompileError(None, f"{path}: no such P4 program") from None
+    except IsADirectoryError:
+        raise CompileError(None, f"{path}: is a directory, not a P4 program") from None
+    except OSError as error:
+        raise CompileError(None, f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next(
+                (kind for test, kind in _NOT_REGULAR if test(mode)), "is not a regular file"
+            )
+            raise CompileError(None, f"{path}: {kind}, not a P4 program")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read()
+    except OSError as error:
+        raise CompileError(None, f"{path}: cannot read: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        where = SourceLocation(
+            str(path), data.count(b"\n", 0, error.start) + 1, error.start - line_start + 1
+        )
+        raise CompileError(
+            where, f"not UTF-8 text (byte 0x{data[error.start]:02x}: {error.reason})"
+        ) from None
+
+
 class Preprocessor:
     def __init__(self, include_dirs: list[Path] | None = None) -> None:
         self.include_dirs = [*(include_dirs or []), SYSTEM_INCLUDE_DIR]
@@ -63,11 +111,7 @@ class Preprocessor:
         self.once: set[Path] = set()
 
     def run_file(self, path: Path) -> list[Line]:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise CompileError(None, f"{path}: cannot read: {error}") from None
-        return self.run_text(text, str(path), path.parent, 0)
+        return self.run_text(read_program(path), str(path), path.parent, 0)
 
     def run_text(self, text: str, filename: str, directory: Path, depth: int) -> list[Line]:
         if depth > _MAX_INCLUDE_DEPTH:
