@@ -232,13 +232,18 @@ def fake_p4c(directory: Path, p4info_text: str) -> None:
     script.chmod(0o755)
 
 
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory first on PATH, for a stand-in p4c."""
+    path = tmp_path / "bin"
+    path.mkdir()
+    monkeypatch.setenv("PATH", f"{path}:{os.environ['PATH']}")
+    return path
+
+
 def test_compile_runs_p4c_when_present_and_compares_p4info(
-    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str], bin_dir: Path
+) -> None:
     fake_p4c(bin_dir, text_format.MessageToString(beamer.p4info))
     out = tmp_path / "build"
     assert beamer_main(["compile", str(BEAMER_P4), "--out", str(out)]) == 0
@@ -401,12 +406,8 @@ def failing_p4c(directory: Path) -> None:
 
 
 def test_compile_writes_p4cs_outputs_with_ours_or_none_at_all(
-    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    tmp_path: Path, beamer: CompiledProgram, capsys: pytest.CaptureFixture[str], bin_dir: Path
+) -> None:
     failing_p4c(bin_dir)
     out = tmp_path / "build"
     assert compile_error([str(BEAMER_P4), "--out", str(out)], capsys) == (
