@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from control.cli import main
 from control.errors import UserError
-from workloads import json_format
+from workloads import files, hp_tuning, json_format
 from workloads.hp_tuning import HpTuningConfig, generate
 from workloads.loader import load_workload
 from workloads.summary import offered_load, summarize
@@ -117,8 +122,8 @@ def test_offline_command_writes_a_trace_simulate_reads(
     [
         (["workload", "offline", "fb2010", "--max-flows", "0"], "--max-flows: must be at least 1"),
         (["workload", "offline", "absent.txt"], "absent.txt: no such file"),
-        (["workload", "generate", "--jobs", "1000000000"], "num_jobs must be 1..10000"),
-        (["workload", "generate", "--hosts", "1000000000"], "num_hosts must be 2..10000"),
+        (["workload", "generate", "--jobs", "1000000000"], "--jobs 1000000000: must be 1..10000"),
+        (["workload", "generate", "--hosts", "1000000000"], "--hosts 1000000000: must be 2..10000"),
     ],
 )
 def test_bad_workload_arguments_are_one_line(
@@ -129,4 +134,183 @@ def test_bad_workload_arguments_are_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert message in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--max-trials", "100000", "--jobs", "1"],
+            "--max-trials 100000: an SHA run (R=100000, eta=2) alone holds 3,387,712 coflows",
+        ),
+        (["--jobs", "10000"], "--jobs 10000: the first 6,981 of 10,000 jobs drawn with seed 1"),
+        (["--load", "1e-300"], "--load 1e-300: 1e-300 spreads the 12 jobs' arrivals over"),
+        (["--kind", "fb2010", "--load", "1e-300"], "--load 1e-300: 1e-300 stretches the arrivals"),
+        (["--time-scale", "1e10"], "--time-scale 1e+10: 1e+10 makes one resnet152 iteration"),
+        (["--time-scale", "1e7"], "--time-scale 1e+07: 1e+07 makes a synchronisation flow of"),
+        (["--link-bps", "1e-300"], "--link-bps 1e-300: 1e-300 bit/s is outside 1000..1e+15"),
+        (["--link-bps", "5e-324"], "--link-bps 4.94066e-324: 4.94066e-324 bit/s is outside"),
+        (["--link-bps", "1e3", "--time-scale", "1e6"], "--load: 0.8 spreads the 12 jobs'"),
+    ],
+)
+def test_generate_refuses_what_show_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Each of these used to exit 0 and write a file ``workload show`` then refused."""
+    out = tmp_path / "w.json"
+    assert main(["workload", "generate", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beamer: error: {message}"), err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_refuses_impossible_sizes_before_building_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This one used to build hosts and flows for 536,870,912 trials (past 2.5 GB).
+    def no_drawing(*args: object) -> None:
+        raise AssertionError("drew a job")
+
+    monkeypatch.setattr(hp_tuning, "_draw_job", no_drawing)
+    out = tmp_path / "w.json"
+    argv = ["workload", "generate", "--max-trials", "1000000000", "--jobs", "1"]
+    assert main([*argv, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "beamer: error: --max-trials 1000000000: an SHA run (R=1000000000, eta=2) starts a "
+        "bracket of 536,870,912 trials, more than the 65,536 that 16-bit trial ids number\n"
+    )
+    assert not out.exists()
+
+
+def test_generate_at_the_limits_writes_what_show_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "slow.json"
+    argv = ["workload", "generate", "--link-bps", "1e3", "--max-trials", "64", "--out", str(out)]
+    assert main(argv) == 0
+    assert main(["workload", "show", str(out)]) == 0
+    assert json_format.read(out).link_bps == 1e3
+
+
+def test_a_device_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # /dev/zero used to be read until memory ran out: run in a child with a memory cap.
+    script = "import sys; from control.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["simulate", "--policies", "fair", "--workload", "/dev/zero"]
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap_memory,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "beamer: error: /dev/zero: is a character device; a workload is read from a regular file\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["workload", "show"], ["simulate", "--policies", "fair", "--workload"]],
+    ids=["show", "simulate"],
+)
+def test_a_fifo_is_refused_without_waiting_for_a_writer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    fifo = tmp_path / "w.json"
+    os.mkfifo(fifo)
+
+    def stuck(signum: int, frame: object) -> None:
+        raise TimeoutError("blocked on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        status = main([*argv, str(fifo)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err == f"beamer: error: {fifo}: is a FIFO; a workload is read from a regular file\n"
+
+
+def test_a_file_above_the_size_limit_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 100)
+    big = tmp_path / "big.json"
+    big.write_text("{" + " " * 200 + "}")
+    with pytest.raises(UserError, match=r"big.json: 202 bytes, above the limit of 100 bytes"):
+        load_workload(str(big))
+
+
+def test_a_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    with_bom = tmp_path / "bom.json"
+    with_bom.write_bytes(bom + (DATA / "tiny_workload.json").read_bytes())
+    assert load_workload(str(with_bom)) == load_workload(str(DATA / "tiny_workload.json"))
+    assert json_format.read(with_bom) == json_format.read(DATA / "tiny_workload.json")
+    trace = tmp_path / "bom.txt"
+    trace.write_bytes(bom + (DATA / "tiny_trace.txt").read_bytes())
+    assert load_workload(str(trace)).experiments == (
+        load_workload(str(DATA / "tiny_trace.txt")).experiments
+    )
+    # An error still names the line and the offset in the file, byte order mark included.
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(bom + b'{"format":\n "\xfe"}')
+    with pytest.raises(UserError, match=r"bad.json:2: not UTF-8 text \(byte 0xfe at offset 16"):
+        load_workload(str(bad))
+
+
+@pytest.mark.parametrize("rate", ["5e-324", "1e-300"])
+def test_a_link_too_slow_to_simulate_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rate: str
+) -> None:
+    # 5e-324 bit/s used to stop the simulator with a RuntimeError traceback,
+    # 1e-300 bit/s gave stage completion times of 1e300 s.
+    path = tmp_path / "slow.json"
+    path.write_text((DATA / "tiny_workload.json").read_text().replace("1000000000.0", rate))
+    assert main(["simulate", "--policies", "fifo,varys", "--workload", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"beamer: error: {path}:4: $.link_bps: {rate} is below the limit of 1000 bit/s\n"
+    )
+
+
+def test_offline_output_is_within_the_readers_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 953,674,316.4 MB over 3 mappers rounded up to 953,674,317 MB, above the limit.
+    trace = tmp_path / "t.txt"
+    trace.write_text("4 1\n1 0 3 0 1 2 1 3:953674316.4\n")
+    out = tmp_path / "offline.txt"
+    assert main(["workload", "offline", str(trace), "--out", str(out)]) == 0
+    assert out.read_text() == "4 1\n1 0 3 0 1 2 1 3:953674314\n"
+    assert main(["workload", "show", str(out)]) == 0
+
+
+def test_to_trace_never_writes_a_trace_the_reader_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two flows of 6e14 bytes into one host: each within its limit, the reducer not.
+    source = tmp_path / "w.json"
+    source.write_text(
+        '{"format": "beamer-workload/1", "num_hosts": 3, "link_bps": 1e15, "experiments": ['
+        '{"experiment_id": 0, "arrival_s": 0, "kind": "coflow", "stages": [{"stage_id": 0, '
+        '"trials": [{"trial_id": 0, "iterations": 1, "compute_s": 0, "sync_flows": '
+        "[[0, 2, 600000000000000], [1, 2, 600000000000000]]}]}]}]}"
+    )
+    out = tmp_path / "t.txt"
+    assert main(["workload", "to-trace", str(source), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beamer: error: {out}: not written: its line 2 would be refused: reducer 2 size (MB) "
+        "1144409179.6875 is above the limit of 9.53674e+08 MB\n"
+    )
     assert not out.exists()

@@ -175,11 +175,21 @@ def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> 
         ("4 1\n1 0\n", 2, "2 fields, expected"),
         ("4 2\n1 0 1 0 1 1:1\n1 5 1 0 1 1:1\n", 3, "duplicate coflow id 1 (first on line 2)"),
         ("4 1\n70000 0 1 0 1 1:1\n", 2, "coflow id 70000 is out of range (must be 0..65535)"),
+        # Lines are counted at "\n" only; other line breaks are refused on their line
+        # (splitlines counted "\x0c" as one and put the bad size on line 3).
+        ("4 1\x0c\n1 0 1 0 1 1:x\n", 1, "character U+000C (form feed) is not allowed"),
+        ("4 1\n1 0 1 0\u2028 1 1:x\n", 2, "character U+2028 (line separator) is not allowed"),
+        ("4 1\n1 0 1 0 1 1:1\x85\n", 2, "character U+0085 ("),
+        ("4 1\n1 0 1 0\x0b1 1:1\n", 2, "character U+000B (vertical tab) is not allowed"),
+        ("4 1\r1 0 1 0 1 1:1\r", 1, "character U+000D (carriage return without a newline"),
+        ("4 1\n\n1 0 1 0 1\xa01:1\n", 3, "character U+00A0 (no-break space) is not allowed"),
+        ("4 1\r\n\r\n1 0 1 0 1 1:x\r\n", 3, "reducer 1 size (MB) 'x' is not a number"),
+        ("4 2\n1 0 1 0 1 1:1\n\n", 3, "header announces 2 coflows, file has 1"),
     ],
 )
 def test_malformed_trace(tmp_path: Path, text: str, line: int, message: str) -> None:
     path = tmp_path / "bad.txt"
-    path.write_text(text)
+    path.write_bytes(text.encode())
     with pytest.raises(UserError) as caught:
         coflow_benchmark.read(path)
     assert str(caught.value).startswith(f"{path}:{line}: {message}")
@@ -189,4 +199,30 @@ def test_malformed_trace(tmp_path: Path, text: str, line: int, message: str) -> 
 def test_writer_refuses_multi_stage_workloads(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="single coflows only"):
         coflow_benchmark.write(generate(HpTuningConfig(num_jobs=1)), tmp_path / "t.txt")
+    assert not list(tmp_path.iterdir())
+
+
+def test_offline_rounding_stays_within_the_readers_limit() -> None:
+    # 953,674,316.4 MB is within the limit (953,674,316.43 MB); split over 3 mappers and
+    # rounded half up it was 3 × 317,891,439 = 953,674,317 MB, which the reader refused.
+    text = "4 2\n1 0 3 0 1 2 1 3:953674316.4\n2 0 3 0 1 2 1 3:953674311.6\n"
+    offline = coflow_benchmark.offline(text, "t.txt")
+    assert offline == "4 2\n1 0 3 0 1 2 1 3:953674314\n2 0 3 0 1 2 1 3:953674311\n"
+    sizes = [
+        f.size_bytes
+        for f in coflow_benchmark.parse(offline).experiments[0].stages[0].trials[0].sync_flows
+    ]
+    assert sizes == [coflow_benchmark.MAX_WHOLE_MB // 3 * MB] * 3
+    # Away from the limit, shares still round half up.
+    assert coflow_benchmark.offline("4 1\n1 0 3 0 1 2 1 3:7.5\n") == "4 1\n1 0 3 0 1 2 1 3:9\n"
+
+
+def test_trace_writer_checks_its_text_with_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    with pytest.raises(UserError) as refused:
+        coflow_benchmark.write_text(path, "4 1\n1 0 1 0 1 1:1e30\n")
+    assert str(refused.value) == (
+        f"{path}: not written: its line 2 would be refused: reducer 1 size (MB) 1e30 is above "
+        "the limit of 9.53674e+08 MB"
+    )
     assert not list(tmp_path.iterdir())

@@ -9,12 +9,13 @@ import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from control.errors import UserError
 from control.model import Flow, Workload
-from workloads import json_format
+from workloads import hp_tuning, json_format
 from workloads.hp_tuning import (
     HpTuningConfig,
     JobShape,
@@ -26,6 +27,8 @@ from workloads.hp_tuning import (
     shrink,
     sync_flows,
 )
+from workloads.limits import SettingError
+from workloads.loader import load_workload
 from workloads.models import MODELS
 
 
@@ -248,9 +251,9 @@ def test_scaling_knobs_act_alone() -> None:
     [
         ({"num_hosts": 8}, "8 workers per trial need"),
         ({"models": ("resnet50", "gpt9")}, "unknown model 'gpt9'"),
-        ({"load": 0.0}, "load must be a positive number"),
+        ({"load": 0.0}, "load: must be a positive number"),
         ({"workers": (1,)}, "1 workers per trial need"),
-        ({"jobs": (JobShape("sha", 8, 2),), "num_jobs": 0}, "num_jobs must be 1..10000"),
+        ({"jobs": (JobShape("sha", 8, 2),), "num_jobs": 0}, "num_jobs: must be 1..10000"),
     ],
 )
 def test_bad_config_is_a_user_error(changes: dict[str, object], message: str) -> None:
@@ -261,3 +264,103 @@ def test_bad_config_is_a_user_error(changes: dict[str, object], message: str) ->
 def test_bad_job_shape_is_a_user_error() -> None:
     with pytest.raises(UserError, match="eta must be >= 2"):
         JobShape("sha", max_budget=8, eta=1)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        (
+            {"jobs": (JobShape("sha", 10**9, 2),), "num_jobs": 1},
+            "jobs",
+            "an SHA run (R=1000000000, eta=2) starts a bracket of 536,870,912 trials",
+        ),
+        (
+            {"jobs": (JobShape("sha", 600_000, 10**6),), "num_jobs": 1},
+            "jobs",
+            "runs a trial for 1,200,000 iterations in one stage, above the limit of 1,000,000",
+        ),
+        (
+            {"jobs": (JobShape("sha", 2**13, 2),), "num_jobs": 10},
+            "num_jobs",
+            "10 jobs hold at least 2,293,760 coflows (trials × iterations), above the limit",
+        ),
+        ({"time_scale": 1e9}, "time_scale", "1e+09 makes one resnet152 iteration compute"),
+        (
+            {"bytes_scale": 1e7},
+            "bytes_scale",
+            "makes a synchronisation flow of 9,838,758,684,444,444 bytes",
+        ),
+        ({"link_bps": 5e-324}, "link_bps", "4.94066e-324 bit/s is outside 1000..1e+15 bit/s"),
+        ({"load": 1e-300}, "load", "1e-300 spreads the 12 jobs' arrivals over 1.34e+301 s"),
+        ({"load": 5e-324}, "load", "spreads the 12 jobs' arrivals over inf s"),
+    ],
+)
+def test_impossible_sizes_are_refused_before_anything_is_drawn(
+    monkeypatch: pytest.MonkeyPatch, changes: dict[str, object], field: str, message: str
+) -> None:
+    def no_drawing(*args: object) -> None:
+        raise AssertionError("drew a job")
+
+    monkeypatch.setattr(hp_tuning, "_draw_job", no_drawing)
+    with pytest.raises(SettingError) as refused:
+        generate(dataclasses.replace(HpTuningConfig(), **changes))  # type: ignore[arg-type]
+    assert refused.value.field == field
+    assert message in str(refused.value)
+    assert str(refused.value).startswith(f"{field}: ")
+
+
+def test_too_many_coflows_are_refused_while_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ten jobs of 10,000 coflows (R=1) would do, so the configuration passes; drawn
+    # with seed 1, jobs of 320,000 (R=8) come up often enough to cross the limit.
+    one, eight = JobShape("sha", 1, 2), JobShape("sha", 8, 2)
+    config = HpTuningConfig(num_jobs=10, jobs=(one, eight), iterations_per_unit=10_000)
+    drawn: list[object] = []
+    draw_job = hp_tuning._draw_job
+
+    def counted(*args: Any) -> Any:
+        drawn.append(None)
+        return draw_job(*args)
+
+    monkeypatch.setattr(hp_tuning, "_draw_job", counted)
+    with pytest.raises(SettingError) as refused:
+        generate(config)
+    assert str(refused.value) == (
+        "num_jobs: the first 7 of 10 jobs drawn with seed 1 already hold 1,310,000 coflows "
+        "(trials × iterations), above the limit of 1,000,000"
+    )
+    assert len(drawn) == 7  # the rest are never drawn
+
+
+def test_the_generated_workload_passes_the_readers_own_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With the reader's limit lowered (and the generator's kept), only the final
+    # check, the reader's own, can find the late arrivals; it names the setting.
+    monkeypatch.setattr(json_format, "MAX_TIME_S", 1.0)
+    with pytest.raises(SettingError) as refused:
+        generate(HpTuningConfig())
+    assert refused.value.field == "load"
+    assert "the workload would be refused: $.experiments[" in str(refused.value)
+    assert "].arrival_s: " in str(refused.value)
+
+
+def test_workloads_near_the_limits_are_still_generated() -> None:
+    # Four SHA runs of 32 budget units × 7,800 iterations: 998,400 coflows of the
+    # 1,000,000 allowed, on the slowest link allowed.
+    config = HpTuningConfig(
+        num_jobs=4,
+        jobs=(JobShape("sha", 8, 2),),
+        iterations_per_unit=7800,
+        link_bps=1e3,
+        bytes_scale=1e-7,
+    )
+    workload = generate(config)
+    coflows = sum(t.iterations for e in workload.experiments for s in e.stages for t in s.trials)
+    assert coflows == 998_400
+    assert workload.link_bps == 1e3
+    json_format.check(workload)
+
+
+def test_a_trace_stretched_too_far_is_refused() -> None:
+    with pytest.raises(SettingError, match=r"^load: 1e-300 stretches the arrivals to 1.97e\+303"):
+        load_workload("fb2010", load=1e-300)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -9,9 +10,17 @@ from pathlib import Path
 import pytest
 
 from control.errors import UserError
-from control.model import Flow
+from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from workloads import coflow_benchmark, json_format
 from workloads.hp_tuning import HpTuningConfig, generate
+from workloads.limits import (
+    MAX_COFLOWS,
+    MAX_FILE_BYTES,
+    MAX_FLOW_BYTES,
+    MAX_FLOWS,
+    MAX_HOSTS,
+    MAX_LINK_BPS,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -242,3 +251,73 @@ def test_too_many_coflows_are_refused_before_any_run(tmp_path: Path) -> None:
         "]}"
     )
     assert "exceed the limit of 1,000,000" in _error(tmp_path, text)
+
+
+def test_the_largest_workload_the_limits_allow_fits_the_file_limit() -> None:
+    # The longest text per coflow: one-iteration trial stages (as many as there may be
+    # coflows) of five flows (then as many flows as there may be), every id and number
+    # at its longest. A thousandth of it, scaled up, must fit MAX_FILE_BYTES.
+    hosts = tuple(range(9995, 10_000))
+    flows = tuple(Flow(h, hosts[(k + 1) % 5], int(MAX_FLOW_BYTES)) for k, h in enumerate(hosts))
+    assert len(flows) * MAX_COFLOWS == MAX_FLOWS
+    stages = tuple(
+        Stage(60_000 + s, (TrialStage(65_535, 1, 1.2345678901234567e-05, flows, hosts),))
+        for s in range(100)
+    )
+    experiments = tuple(
+        Experiment(60_000 + e, 1.2345678901234567e-05, stages, "hyperband", 1.2345678901234567)
+        for e in range(MAX_COFLOWS // 100_000)
+    )
+    workload = Workload(MAX_HOSTS, MAX_LINK_BPS, experiments, {"generator": "hp-tuning"})
+    largest = len(json_format.dumps(workload)) * 1000
+    assert 500e6 < largest < MAX_FILE_BYTES / 1.8
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"),
+    [
+        ("5e-324", "$.link_bps: 5e-324 is below the limit of 1000 bit/s"),
+        ("999.9", "$.link_bps: 999.9 is below the limit of 1000 bit/s"),
+    ],
+)
+def test_a_link_too_slow_is_refused(tmp_path: Path, rate: str, expected: str) -> None:
+    assert expected in _error(tmp_path, _sample().replace("1000000000.0", rate, 1))
+
+
+def test_one_flow_alone_on_its_link_finishes_within_the_time_limit(tmp_path: Path) -> None:
+    slow = _sample().replace("1000000000.0", "1e3", 1)
+    assert json_format.loads(slow).link_bps == 1e3  # 1,000 bytes take 8 s
+    too_big = slow.replace("[[0, 1, 1000]", "[[0, 1, 12500000001]", 1)
+    assert _error(tmp_path, too_big).endswith(
+        ":17: $.experiments[0].stages[0].trials[0].sync_flows[0][2]: 12500000001 bytes take "
+        "1e+08 s alone on a link of 1000 bit/s, more than the limit of 1e+08 s allows "
+        "(at most 12,500,000,000 bytes)"
+    )
+    assert json_format.loads(too_big.replace("12500000001", "12500000000", 1))
+
+
+def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path: Path) -> None:
+    workload = json_format.read(DATA / "tiny_workload.json")
+    late = dataclasses.replace(
+        workload,
+        experiments=(dataclasses.replace(workload.experiments[0], arrival_s=2e8),),
+    )
+    path = tmp_path / "late.json"
+    with pytest.raises(UserError) as refused:
+        json_format.write(late, path)
+    assert str(refused.value) == (
+        f"{path}: not written: $.experiments[0].arrival_s: 200000000.0 is above the limit of 1e+08"
+    )
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(json_format.InvalidWorkload, match=r"\$.experiments\[0\].arrival_s"):
+        json_format.check(late)
+
+
+def test_the_writer_refuses_a_file_above_the_size_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(json_format, "MAX_FILE_BYTES", 1000)
+    path = tmp_path / "w.json"
+    with pytest.raises(UserError, match=r"w.json: not written: 1,\d{3} bytes, above the limit"):
+        json_format.write(json_format.read(DATA / "tiny_workload.json"), path)
+    assert list(tmp_path.iterdir()) == []

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.files import atomic_write_text, read_text
 from workloads import coflow_benchmark, json_format
-from workloads.hp_tuning import HpTuningConfig, shrink
+from workloads.files import read_text
+from workloads.hp_tuning import HpTuningConfig, shrink_changes
+from workloads.limits import SettingError
 from workloads.loader import load_workload
 from workloads.models import MODELS
 from workloads.shapes import MIXES, Shape, parse_models, parse_sync
@@ -111,24 +112,17 @@ def register(subparsers: Any) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    if args.kind == "fb2010":
-        for flag in SHAPE_FLAGS:
-            if getattr(args, flag) is not None:
-                raise UserError(f"--{flag.replace('_', '-')} applies to --kind hp-tuning only")
-        workload = load_workload("fb2010", load=args.load)
-    else:
-        config = shape_from_args(args).apply(HpTuningConfig())
-        if args.jobs is not None:
-            config = dataclasses.replace(config, num_jobs=args.jobs)
-        if args.hosts is not None:
-            config = dataclasses.replace(config, num_hosts=args.hosts)
-        if args.link_bps is not None or args.time_scale is not None:
-            config = shrink(
-                config,
-                link_bps=config.link_bps if args.link_bps is None else args.link_bps,
-                time_scale=1.0 if args.time_scale is None else args.time_scale,
-            )
-        workload = load_workload("hp-tuning", seed=args.seed, load=args.load, config=config)
+    try:
+        if args.kind == "fb2010":
+            for flag in SHAPE_FLAGS:
+                if getattr(args, flag) is not None:
+                    raise UserError(f"--{flag.replace('_', '-')} applies to --kind hp-tuning only")
+            workload = load_workload("fb2010", load=args.load)
+        else:
+            config = config_from_args(args)
+            workload = load_workload("hp-tuning", seed=args.seed, config=config)
+    except SettingError as error:
+        raise UserError(f"{_options_of(error.field, args)}: {error.detail}") from None
     json_format.write(workload, args.out)
     summary = summarize(workload)
     print(
@@ -136,6 +130,59 @@ def _generate(args: argparse.Namespace) -> int:
         f"{summary.total_bytes / 1e9:.3f} GB"
     )
     return 0
+
+
+def config_from_args(args: argparse.Namespace) -> HpTuningConfig:
+    """The generator's configuration the ``workload generate`` flags ask for.
+
+    Every flag is set in one step, so the configuration is checked as a whole
+    (an impossible size is refused before anything is drawn) and never in a
+    half-set state that a later flag would have made valid.
+    """
+    base = HpTuningConfig()
+    changes: dict[str, Any] = dict(shape_from_args(args).changes())
+    changes["seed"] = args.seed
+    if args.load is not None:
+        changes["load"] = args.load
+    if args.jobs is not None:
+        changes["num_jobs"] = args.jobs
+    if args.hosts is not None:
+        changes["num_hosts"] = args.hosts
+    if args.link_bps is not None or args.time_scale is not None:
+        changes.update(
+            shrink_changes(
+                base,
+                link_bps=base.link_bps if args.link_bps is None else args.link_bps,
+                time_scale=1.0 if args.time_scale is None else args.time_scale,
+            )
+        )
+    return dataclasses.replace(base, **changes)
+
+
+_OPTIONS_OF_SETTING = {
+    "num_jobs": ("jobs",),
+    "num_hosts": ("hosts",),
+    "link_bps": ("link_bps",),
+    "load": ("load",),
+    "time_scale": ("time_scale",),
+    "bytes_scale": ("time_scale", "link_bps"),
+    "jobs": ("max_trials", "eta", "mix"),
+}
+
+
+def _options_of(setting: str, args: argparse.Namespace) -> str:
+    """The options that set the generator's ``setting``, with the values given."""
+    names = _OPTIONS_OF_SETTING.get(setting)
+    if names is None:
+        return setting
+    given = [name for name in names if getattr(args, name) is not None] or [names[0]]
+    return ", ".join(f"--{name.replace('_', '-')}{_value(getattr(args, name))}" for name in given)
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return ""
+    return f" {value:g}" if isinstance(value, float) else f" {value}"
 
 
 SHAPE_FLAGS = (
@@ -211,6 +258,6 @@ def _offline(args: argparse.Namespace) -> int:
         max_flows=args.max_flows,
         whole_mb=not args.keep_mb,
     )
-    atomic_write_text(args.out, text)
+    coflow_benchmark.write_text(args.out, text)
     print(f"wrote {args.out}: {int(text.split()[1])} coflows, all released at 0")
     return 0

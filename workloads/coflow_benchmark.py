@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from control.errors import UserError
-from control.files import atomic_write_text, read_text
+from control.files import atomic_write_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
-from workloads.limits import MAX_COFLOWS, MAX_FLOW_BYTES, MAX_FLOWS, MAX_HOSTS, MAX_TIME_S
+from workloads.files import read_text
+from workloads.limits import (
+    MAX_COFLOWS,
+    MAX_FILE_BYTES,
+    MAX_FLOW_BYTES,
+    MAX_FLOWS,
+    MAX_HOSTS,
+    MAX_TIME_S,
+)
 
 BYTES_PER_MB = 1_048_576
 LINK_BPS = 1e9
@@ -40,6 +50,8 @@ MAX_PORTS = MAX_HOSTS
 MAX_ARRIVAL_MS = MAX_TIME_S * 1000.0
 MAX_MB = MAX_FLOW_BYTES / BYTES_PER_MB
 """A reducer's MB may not exceed one flow's byte limit (its mappers split it further)."""
+MAX_WHOLE_MB = int(MAX_FLOW_BYTES) // BYTES_PER_MB
+"""The largest whole number of MB within :data:`MAX_MB`."""
 
 
 def default_trace_path() -> Path:
@@ -54,6 +66,26 @@ class _LineError(Exception):
     """A problem on the current line; the reader adds ``file:line``."""
 
 
+class TraceError(UserError):
+    """Trace text the reader refuses: ``line`` (1-based) and ``detail`` say where and why."""
+
+    def __init__(self, source: str, line: int, detail: str) -> None:
+        super().__init__(f"{source}:{line}: {detail}")
+        self.line = line
+        self.detail = detail
+
+
+_ODD_SPACE = re.compile(r"[^\S \t\n\r]|\r(?!\n)")
+"""Whitespace other than spaces and tabs between fields and a newline (or CR LF) at
+the end of a line: a form feed, a vertical tab, a lone carriage return, NEL,
+U+2028, a no-break space, ..."""
+_SPACE_NAMES = {
+    "\v": "vertical tab",
+    "\f": "form feed",
+    "\r": "carriage return without a newline after it",
+}
+
+
 def read(path: str | os.PathLike[str]) -> Workload:
     """Read a Coflow-Benchmark trace; malformed content raises :class:`UserError`."""
     source = Path(path)
@@ -62,11 +94,27 @@ def read(path: str | os.PathLike[str]) -> Workload:
 
 
 def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[str]]]]:
-    """The port count and the numbered, split coflow lines; the header is checked."""
-    lines = text.splitlines()
+    """The port count and the numbered, split coflow lines; the header is checked.
+
+    Lines end at ``\\n`` only (``\\r\\n`` too), so line numbers are those of
+    ``wc -l`` and of editors; other line breaks and spaces are refused.
+    """
+    odd = _ODD_SPACE.search(text)
+    if odd:
+        char = odd.group()
+        name = _SPACE_NAMES.get(char) or unicodedata.name(char, "").lower() or "a control character"
+        raise TraceError(
+            source,
+            text.count("\n", 0, odd.start()) + 1,
+            f"character U+{ord(char):04X} ({name}) is not allowed: fields are separated by "
+            "spaces or tabs, and lines end with a newline",
+        )
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     numbered = [(number, line.split()) for number, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
-        raise UserError(f"{source}:1: empty trace (expected '<ports> <coflows>')")
+        raise TraceError(source, 1, "empty trace (expected '<ports> <coflows>')")
     header_line, header = numbered[0]
     try:
         if len(header) != 2:
@@ -74,12 +122,12 @@ def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[
         num_ports = _int(header[0], "number of ports", low=1, high=MAX_PORTS)
         num_coflows = _int(header[1], "number of coflows", low=0, high=MAX_COFLOWS)
     except _LineError as error:
-        raise UserError(f"{source}:{header_line}: {error}") from None
+        raise TraceError(source, header_line, str(error)) from None
     body = numbered[1:]
     if len(body) != num_coflows:
         line = body[num_coflows][0] if len(body) > num_coflows else len(lines)
-        raise UserError(
-            f"{source}:{line}: header announces {num_coflows} coflows, file has {len(body)}"
+        raise TraceError(
+            source, line, f"header announces {num_coflows} coflows, file has {len(body)}"
         )
     return num_ports, body
 
@@ -100,15 +148,13 @@ def parse(text: str, source: str = "<string>") -> Workload:
                     f"(first on line {seen[experiment.experiment_id]})"
                 )
         except _LineError as error:
-            raise UserError(f"{source}:{number}: {error}") from None
+            raise TraceError(source, number, str(error)) from None
         seen[experiment.experiment_id] = number
         experiments.append(experiment)
         local_bytes += local
         total_flows += len(experiment.stages[0].trials[0].sync_flows)
         if total_flows > MAX_FLOWS:
-            raise UserError(
-                f"{source}:{number}: the trace's flows exceed the limit of {MAX_FLOWS:,}"
-            )
+            raise TraceError(source, number, f"the trace's flows exceed the limit of {MAX_FLOWS:,}")
     meta = {
         "generator": "coflow-benchmark",
         "trace": Path(source).name,
@@ -243,7 +289,7 @@ def records(text: str, source: str = "<string>") -> tuple[int, list[TraceCoflow]
         try:
             out.append(_record(fields, num_ports))
         except _LineError as error:
-            raise UserError(f"{source}:{number}: {error}") from None
+            raise TraceError(source, number, str(error)) from None
     return num_ports, out
 
 
@@ -260,7 +306,9 @@ def offline(
     pairs. With ``whole_mb`` each reducer's MB are split evenly over its
     mappers and every share rounded to whole MB (at least 1), so every flow of
     the result is a whole number of MB; the reducer's total becomes
-    mappers × share. (The offline setting of the Sincronia paper.)
+    mappers × share (rounded down instead where rounding up would cross the
+    reader's limit on a reducer's MB, :data:`MAX_MB`). (The offline setting of
+    the Sincronia paper.)
     """
     num_ports, coflows = records(text, source)
     kept = [c for c in coflows if max_flows is None or c.num_flows <= max_flows]
@@ -269,8 +317,12 @@ def offline(
         reducers = []
         for port, mb in coflow.reducers:
             if whole_mb:
-                share_mb = max(1, math.floor(mb / len(coflow.mappers) + 0.5))
-                reducers.append(f"{port}:{share_mb * len(coflow.mappers)}")
+                num_mappers = len(coflow.mappers)
+                share_mb = max(1, math.floor(mb / num_mappers + 0.5))
+                # Within a mapper's MB of the reader's limit, rounding up would cross
+                # it: the share is then the largest whole MB that stays within.
+                share_mb = min(share_mb, MAX_WHOLE_MB // num_mappers)
+                reducers.append(f"{port}:{share_mb * num_mappers}")
             else:
                 reducers.append(f"{port}:{mb!r}")
         mappers = " ".join(str(port) for port in coflow.mappers)
@@ -357,4 +409,24 @@ def _mapper_order(flows: tuple[Flow, ...]) -> list[int]:
 
 def write(workload: Workload, path: str | os.PathLike[str]) -> None:
     """Write a Coflow-Benchmark trace atomically (temporary file, then rename)."""
-    atomic_write_text(Path(path), dumps(workload))
+    write_text(Path(path), dumps(workload))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write trace ``text`` atomically, unless :func:`parse` refuses it (:class:`UserError`).
+
+    Checking the text with the reader itself means no writer can produce a
+    trace that the reader then refuses, whatever its rounding does.
+    """
+    try:
+        parse(text, str(path))
+    except TraceError as error:
+        raise UserError(
+            f"{path}: not written: its line {error.line} would be refused: {error.detail}"
+        ) from None
+    if len(text) > MAX_FILE_BYTES:  # digits, spaces and colons: characters are bytes
+        raise UserError(
+            f"{path}: not written: {len(text):,} bytes, above the limit of "
+            f"{MAX_FILE_BYTES:,} bytes for a workload file"
+        )
+    atomic_write_text(path, text)

@@ -24,6 +24,7 @@ The remaining modelling rules are documented in ``workloads/FORMAT.md``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -34,7 +35,19 @@ from typing import Literal
 
 from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
-from workloads.limits import MAX_HOSTS, MAX_ITERATIONS, MAX_JOBS, MAX_LINK_BPS
+from workloads import json_format
+from workloads.limits import (
+    MAX_COFLOWS,
+    MAX_FLOW_BYTES,
+    MAX_FLOWS,
+    MAX_HOSTS,
+    MAX_ITERATIONS,
+    MAX_JOBS,
+    MAX_LINK_BPS,
+    MAX_TIME_S,
+    MIN_LINK_BPS,
+    SettingError,
+)
 from workloads.models import MODELS, DlModel, get_model
 
 Pattern = Literal["ring", "ps"]
@@ -119,18 +132,22 @@ class HpTuningConfig:
 
     def __post_init__(self) -> None:
         if not 2 <= self.num_hosts <= MAX_HOSTS:
-            raise UserError(f"num_hosts must be 2..{MAX_HOSTS}, not {self.num_hosts}")
-        if self.link_bps > MAX_LINK_BPS:
-            raise UserError(f"link_bps {self.link_bps:g} is above the limit of {MAX_LINK_BPS:g}")
+            raise SettingError("num_hosts", f"must be 2..{MAX_HOSTS}, not {self.num_hosts}")
         _require_positive("link_bps", self.link_bps)
+        if not MIN_LINK_BPS <= self.link_bps <= MAX_LINK_BPS:
+            raise SettingError(
+                "link_bps",
+                f"{self.link_bps:g} bit/s is outside {MIN_LINK_BPS:g}..{MAX_LINK_BPS:g} bit/s",
+            )
         _require_positive("load", self.load)
         _require_positive("bytes_scale", self.bytes_scale)
         _require_positive("time_scale", self.time_scale)
         if not 1 <= self.num_jobs <= MAX_JOBS:
-            raise UserError(f"num_jobs must be 1..{MAX_JOBS}, not {self.num_jobs}")
+            raise SettingError("num_jobs", f"must be 1..{MAX_JOBS}, not {self.num_jobs}")
         if not 1 <= self.iterations_per_unit <= MAX_ITERATIONS:
-            raise UserError(
-                f"iterations_per_unit must be 1..{MAX_ITERATIONS}, not {self.iterations_per_unit}"
+            raise SettingError(
+                "iterations_per_unit",
+                f"must be 1..{MAX_ITERATIONS}, not {self.iterations_per_unit}",
             )
         if not self.jobs or not self.models or not self.workers or not self.patterns:
             raise UserError("jobs, models, workers and patterns must each list at least one choice")
@@ -146,11 +163,12 @@ class HpTuningConfig:
                     f"{workers} workers per trial need 2..{self.num_hosts} distinct hosts "
                     f"(a parameter server takes one more)"
                 )
+        _check_sizes(self)
 
 
 def _require_positive(name: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
-        raise UserError(f"{name} must be a positive number, not {value}")
+        raise SettingError(name, f"must be a positive number, not {value}")
 
 
 def shrink(config: HpTuningConfig, *, link_bps: float, time_scale: float) -> HpTuningConfig:
@@ -162,14 +180,24 @@ def shrink(config: HpTuningConfig, *, link_bps: float, time_scale: float) -> HpT
     The random draws do not depend on the scales, so structure and placement
     are identical.
     """
-    _require_positive("link_bps", link_bps)
-    _require_positive("time_scale", time_scale)
+    changes = shrink_changes(config, link_bps, time_scale)
     return dataclasses.replace(
         config,
-        link_bps=link_bps,
-        bytes_scale=config.bytes_scale * time_scale * link_bps / config.link_bps,
-        time_scale=config.time_scale * time_scale,
+        link_bps=changes["link_bps"],
+        bytes_scale=changes["bytes_scale"],
+        time_scale=changes["time_scale"],
     )
+
+
+def shrink_changes(config: HpTuningConfig, link_bps: float, time_scale: float) -> dict[str, float]:
+    """The fields :func:`shrink` changes, to be set together with others in one step."""
+    _require_positive("link_bps", link_bps)
+    _require_positive("time_scale", time_scale)
+    return {
+        "link_bps": link_bps,
+        "bytes_scale": config.bytes_scale * time_scale * link_bps / config.link_bps,
+        "time_scale": config.time_scale * time_scale,
+    }
 
 
 def max_bracket(max_budget: int, eta: int) -> int:
@@ -220,6 +248,143 @@ def sync_flows(pattern: Pattern, hosts: Sequence[int], model_bytes: int) -> tupl
 
 
 @dataclass(frozen=True, slots=True)
+class JobSize:
+    """What one job of a shape holds, whatever the draws: it depends on R, η and the
+    iterations per budget unit only (which trials survive is drawn, how many is not)."""
+
+    experiments: int
+    trial_stages: int
+    coflows: int
+    most_iterations: int
+
+
+@functools.lru_cache(maxsize=256)
+def job_size(shape: JobShape, iterations_per_unit: int) -> JobSize:
+    """The :class:`JobSize` of ``shape``, from its bracket plans (nothing is built)."""
+    brackets = job_brackets(shape)
+    trial_stages = coflows = most_iterations = 0
+    for s in brackets:
+        for step in bracket_plan(shape.max_budget, shape.eta, s):
+            iterations = iterations_for(step.budget, iterations_per_unit)
+            trial_stages += step.trials
+            coflows += step.trials * iterations
+            most_iterations = max(most_iterations, iterations)
+    return JobSize(len(brackets), trial_stages, coflows, most_iterations)
+
+
+def _model_bytes(model: DlModel, bytes_scale: float) -> int:
+    return max(1, round(model.sync_bytes * bytes_scale))
+
+
+def _shape_name(shape: JobShape) -> str:
+    run = "an SHA run" if shape.kind == "sha" else "a Hyperband run"
+    return f"{run} (R={shape.max_budget}, eta={shape.eta})"
+
+
+def _check_sizes(config: HpTuningConfig) -> None:
+    """Refuse, before anything is drawn or built, a configuration whose every workload
+    would break a limit of :mod:`workloads.limits` (what only some draws would break
+    is refused while drawing, see :func:`generate`)."""
+    for shape in config.jobs:
+        # The widest bracket is s_max's, η^s_max trials: checked first, in O(log R),
+        # so that the plans below are short even for an R of a hundred digits.
+        widest = shape.eta ** max_bracket(shape.max_budget, shape.eta)
+        if widest - 1 > MAX_ID:
+            raise SettingError(
+                "jobs",
+                f"{_shape_name(shape)} starts a bracket of {widest:,} trials, more "
+                f"than the {MAX_ID + 1:,} that 16-bit trial ids number",
+            )
+    sizes = {shape: job_size(shape, config.iterations_per_unit) for shape in config.jobs}
+    for shape, size in sizes.items():
+        if size.most_iterations > MAX_ITERATIONS:
+            raise SettingError(
+                "jobs",
+                f"{_shape_name(shape)} runs a trial for {size.most_iterations:,} iterations "
+                f"in one stage, above the limit of {MAX_ITERATIONS:,}",
+            )
+        if size.coflows > MAX_COFLOWS:
+            raise SettingError(
+                "jobs",
+                f"{_shape_name(shape)} alone holds {size.coflows:,} coflows (trials × "
+                f"iterations), above the limit of {MAX_COFLOWS:,} for a workload",
+            )
+    flows_per_iteration = [
+        _flows_per_iteration(pattern, workers)
+        for pattern in config.patterns
+        for workers in config.workers
+    ]
+    fewest = min(sizes.values(), key=lambda size: size.coflows)
+    least_flows = min(size.trial_stages for size in sizes.values()) * min(flows_per_iteration)
+    least_experiments = min(size.experiments for size in sizes.values())
+    for what, count, limit in (
+        ("coflows (trials × iterations)", fewest.coflows, MAX_COFLOWS),
+        ("synchronisation flows", least_flows, MAX_FLOWS),
+        ("experiments (SHA runs and brackets)", least_experiments, MAX_ID + 1),
+    ):
+        if config.num_jobs * count > limit:
+            raise SettingError(
+                "num_jobs",
+                f"{config.num_jobs:,} jobs hold at least {config.num_jobs * count:,} {what}, "
+                f"above the limit of {limit:,}",
+            )
+    slowest = max((get_model(name) for name in config.models), key=lambda m: m.compute_s)
+    compute_s = slowest.compute_s * config.time_scale
+    if compute_s > MAX_TIME_S:
+        raise SettingError(
+            "time_scale",
+            f"{config.time_scale:g} makes one {slowest.name} iteration compute {compute_s:.3g} s, "
+            f"above the limit of {MAX_TIME_S:g} s",
+        )
+    largest = max(
+        max(flow.size_bytes for flow in sync_flows(pattern, range(workers + 1), model_bytes))
+        for model_bytes in {_model_bytes(get_model(n), config.bytes_scale) for n in config.models}
+        for pattern in config.patterns
+        for workers in config.workers
+    )
+    transfer_s = largest * 8 / config.link_bps
+    if largest > MAX_FLOW_BYTES or transfer_s > MAX_TIME_S:
+        raise SettingError(
+            "bytes_scale",
+            f"{config.bytes_scale:g} makes a synchronisation flow of {largest:,} bytes "
+            f"({transfer_s:.3g} s alone on a link of {config.link_bps:g} bit/s), above the "
+            f"limits of {MAX_FLOW_BYTES:g} bytes and {MAX_TIME_S:g} s",
+        )
+    if config.num_jobs > 1:
+        # Arrivals span (K−1)/λ (see generate), and λ falls as the mean bytes per job
+        # grow: even jobs of the fewest bytes must arrive within the limit.
+        least_bytes = fewest.coflows * min(
+            sum(flow.size_bytes for flow in sync_flows(pattern, range(workers + 1), model_bytes))
+            for model_bytes in {
+                _model_bytes(get_model(n), config.bytes_scale) for n in config.models
+            }
+            for pattern in config.patterns
+            for workers in config.workers
+        )
+        span_s = _arrival_span_s(config, least_bytes)
+        if not span_s <= MAX_TIME_S:
+            raise SettingError("load", _arrivals_too_late(config, span_s))
+
+
+def _arrival_span_s(config: HpTuningConfig, mean_job_bytes: float) -> float:
+    """(K−1)/λ, the span of the arrivals (inf rather than a division by zero)."""
+    capacity_bytes_per_s = config.num_hosts * config.link_bps / 8
+    return (config.num_jobs - 1) * mean_job_bytes / capacity_bytes_per_s / config.load
+
+
+def _arrivals_too_late(config: HpTuningConfig, span_s: float) -> str:
+    return (
+        f"{config.load:g} spreads the {config.num_jobs:,} jobs' arrivals over {span_s:.3g} s, "
+        f"above the limit of {MAX_TIME_S:g} s (the gaps grow as the load falls and as "
+        "the transfers lengthen)"
+    )
+
+
+def _flows_per_iteration(pattern: Pattern, workers: int) -> int:
+    return workers if pattern == "ring" else 2 * workers
+
+
+@dataclass(frozen=True, slots=True)
 class _JobDraw:
     """The random choices of one job, made before arrival times are known."""
 
@@ -239,7 +404,9 @@ def _draw_bracket(
 ) -> tuple[Stage, ...]:
     shape, model, workers, pattern = job
     plan = bracket_plan(shape.max_budget, shape.eta, s)
-    model_bytes = max(1, round(model.sync_bytes * config.bytes_scale))
+    if plan[0].trials - 1 > MAX_ID:  # refused by HpTuningConfig already; nothing built yet
+        raise UserError(f"bracket with {plan[0].trials} trials exceeds 16-bit trial ids")
+    model_bytes = _model_bytes(model, config.bytes_scale)
     compute_s = model.compute_s * config.time_scale
     hosts_per_trial = workers + (1 if pattern == "ps" else 0)
     # Placement: each trial's hosts are drawn uniformly without replacement
@@ -249,8 +416,6 @@ def _draw_bracket(
         for trial_id in range(plan[0].trials)
     }
     flows = {trial_id: sync_flows(pattern, h, model_bytes) for trial_id, h in hosts.items()}
-    if plan[0].trials - 1 > MAX_ID:
-        raise UserError(f"bracket with {plan[0].trials} trials exceeds 16-bit trial ids")
     running = list(range(plan[0].trials))
     stages = []
     for stage_id, step in enumerate(plan):
@@ -288,10 +453,39 @@ def arrival_rate_per_s(config: HpTuningConfig, mean_job_bytes: float) -> float:
 
 
 def generate(config: HpTuningConfig | None = None) -> Workload:
-    """A seeded HP-tuning workload; the same config always gives the same workload."""
+    """A seeded HP-tuning workload; the same config always gives the same workload.
+
+    A configuration whose workload would break a limit of :mod:`workloads.limits`
+    is a :class:`~workloads.limits.SettingError` naming the setting: what every
+    draw would break is refused before anything is drawn (:class:`HpTuningConfig`),
+    what these draws break while drawing (so memory stays bounded), and the
+    finished workload passes the JSON reader's own checks
+    (:func:`workloads.json_format.check`) before it is returned.
+    """
     config = config or HpTuningConfig()
     rng = random.Random(config.seed)
-    draws = [_draw_job(rng, config) for _ in range(config.num_jobs)]
+    draws: list[_JobDraw] = []
+    sizes = {shape: job_size(shape, config.iterations_per_unit) for shape in config.jobs}
+    totals = {"coflows": 0, "flows": 0, "experiments": 0}
+    for _ in range(config.num_jobs):
+        draw = _draw_job(rng, config)
+        draws.append(draw)
+        size = sizes[draw.shape]
+        totals["coflows"] += size.coflows
+        totals["flows"] += size.trial_stages * _flows_per_iteration(draw.pattern, draw.workers)
+        totals["experiments"] += size.experiments
+        for what, limit in (
+            ("coflows", MAX_COFLOWS),
+            ("flows", MAX_FLOWS),
+            ("experiments", MAX_ID + 1),
+        ):
+            if totals[what] > limit:
+                raise SettingError(
+                    "num_jobs",
+                    f"the first {len(draws):,} of {config.num_jobs:,} jobs drawn with seed "
+                    f"{config.seed} already hold {totals[what]:,} {_WHAT[what]}, above the "
+                    f"limit of {limit:,}",
+                )
     # Poisson arrivals conditioned on the window: the first job arrives at 0 and
     # the K−1 exponential gaps are normalised to span exactly (K−1)/λ. Given
     # their number, Poisson arrivals in a window are uniformly spread, which the
@@ -299,6 +493,9 @@ def generate(config: HpTuningConfig | None = None) -> Workload:
     # unconditioned arrivals carry. Gaps are drawn independently of the scales.
     unit_gaps = [rng.expovariate(1.0) for _ in range(config.num_jobs - 1)]
     mean_job_bytes = sum(draw.total_bytes for draw in draws) / len(draws)
+    span_s = _arrival_span_s(config, mean_job_bytes)
+    if not span_s <= MAX_TIME_S:
+        raise SettingError("load", _arrivals_too_late(config, span_s))
     rate_per_s = arrival_rate_per_s(config, mean_job_bytes)
     gap_sum = sum(unit_gaps)
     gaps_s = [0.0] + [gap / gap_sum * len(unit_gaps) / rate_per_s for gap in unit_gaps]
@@ -309,8 +506,6 @@ def generate(config: HpTuningConfig | None = None) -> Workload:
         arrival_s += gap_s
         first_id = len(experiments)
         for _, stages in draw.brackets:
-            if len(experiments) > MAX_ID:
-                raise UserError("more than 65,536 experiments exceed 16-bit experiment ids")
             experiments.append(Experiment(len(experiments), arrival_s, stages, draw.shape.kind))
         jobs.append(
             {
@@ -332,4 +527,40 @@ def generate(config: HpTuningConfig | None = None) -> Workload:
         "config": json.dumps(dataclasses.asdict(config), sort_keys=True),
         "jobs": json.dumps(jobs),
     }
-    return Workload(config.num_hosts, config.link_bps, tuple(experiments), meta)
+    workload = Workload(config.num_hosts, config.link_bps, tuple(experiments), meta)
+    _check_written_form(workload)
+    return workload
+
+
+_WHAT = {
+    "coflows": "coflows (trials × iterations)",
+    "flows": "synchronisation flows",
+    "experiments": "experiments (SHA runs and brackets)",
+}
+
+_SETTING_OF_FIELD = {
+    "link_bps": "link_bps",
+    "num_hosts": "num_hosts",
+    "arrival_s": "load",
+    "compute_s": "time_scale",
+    "iterations": "jobs",
+    "trial_id": "jobs",
+}
+
+
+def _check_written_form(workload: Workload) -> None:
+    """The JSON reader's checks on the workload, the setting to blame named.
+
+    The checks before and while drawing should leave nothing for these to find;
+    they are what guarantees that ``beamer workload generate`` never writes a
+    file that ``beamer workload show`` refuses.
+    """
+    try:
+        json_format.check(workload)
+    except json_format.InvalidWorkload as invalid:
+        names = [step for step in invalid.path if isinstance(step, str)]
+        if "sync_flows" in names:
+            setting = "bytes_scale"
+        else:
+            setting = _SETTING_OF_FIELD.get(names[-1] if names else "", "num_jobs")
+        raise SettingError(setting, f"the workload would be refused: {invalid}") from None

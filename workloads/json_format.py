@@ -18,19 +18,22 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from control.errors import UserError
-from control.files import atomic_write_text, parse_json, read_text
+from control.files import atomic_write_text, parse_json
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
+from workloads.files import read_text
 from workloads.limits import (
     MAX_COFLOWS,
+    MAX_FILE_BYTES,
     MAX_FLOW_BYTES,
     MAX_FLOWS,
     MAX_HOSTS,
     MAX_ITERATIONS,
     MAX_LINK_BPS,
     MAX_TIME_S,
+    MIN_LINK_BPS,
 )
 
 FORMAT_ID = "beamer-workload/1"
@@ -86,10 +89,17 @@ def dumps(workload: Workload) -> str:
     """The file text: containers one item per line, lists of plain values on one line.
 
     So each flow ``[src, dst, bytes]`` sits on its own line and error messages
-    can point at it.
+    can point at it. A workload :func:`read` would refuse is an
+    :class:`InvalidWorkload` error (see :func:`check`).
     """
+    document = to_document(workload)
+    _check_document(document)
+    return _dump_document(document)
+
+
+def _dump_document(document: dict[str, Any]) -> str:
     parts: list[str] = []
-    _dump_value(to_document(workload), 0, parts)
+    _dump_value(document, 0, parts)
     parts.append("\n")
     return "".join(parts)
 
@@ -113,8 +123,49 @@ def _dump_value(value: Any, depth: int, parts: list[str]) -> None:
 
 
 def write(workload: Workload, path: str | os.PathLike[str]) -> None:
-    """Write ``workload`` to ``path`` atomically (temporary file beside it, then rename)."""
-    atomic_write_text(Path(path), dumps(workload))
+    """Write ``workload`` to ``path`` atomically (temporary file beside it, then rename).
+
+    A workload that :func:`read` would refuse is not written: :class:`UserError`
+    naming the file, the JSON path and the limit.
+    """
+    target = Path(path)
+    try:
+        text = dumps(workload)
+    except InvalidWorkload as invalid:
+        raise UserError(f"{target}: not written: {invalid}") from None
+    if len(text) > MAX_FILE_BYTES:  # json.dumps writes ASCII: characters are bytes
+        raise UserError(
+            f"{target}: not written: {len(text):,} bytes, above the limit of "
+            f"{MAX_FILE_BYTES:,} bytes for a workload file"
+        )
+    atomic_write_text(target, text)
+
+
+class InvalidWorkload(UserError):
+    """A workload :func:`read` would refuse: ``path`` (JSON path) and ``message`` say why."""
+
+    def __init__(self, path: JsonPath, message: str) -> None:
+        super().__init__(f"{_path_name(path)}: {message}")
+        self.path = path
+        self.message = message
+
+
+def check(workload: Workload) -> None:
+    """Refuse a workload that :func:`read` would refuse once written.
+
+    The reader's own checks run on the document :func:`write` would write
+    (every field's type and range, unique ids, and the limits of
+    :mod:`workloads.limits`), so writers and readers cannot disagree.
+    Raises :class:`InvalidWorkload`.
+    """
+    _check_document(to_document(workload))
+
+
+def _check_document(document: dict[str, Any]) -> None:
+    try:
+        _workload(document)
+    except _Invalid as invalid:
+        raise InvalidWorkload(invalid.path, invalid.message) from None
 
 
 # ---------------------------------------------------------------- reading
@@ -284,6 +335,14 @@ def _unique_ids(ids: Sequence[int], path: JsonPath, item_path: Sequence[str]) ->
         seen.add(identifier)
 
 
+class _Network(NamedTuple):
+    """What the checks of a flow need: the hosts, the link rate and the largest flow."""
+
+    num_hosts: int
+    link_bps: float
+    max_flow_bytes: int
+
+
 def _workload(document: Any) -> Workload:
     top = _fields(document, (), ("format", "num_hosts", "link_bps", "experiments"), ("meta",))
     if top["format"] != FORMAT_ID:
@@ -292,13 +351,21 @@ def _workload(document: Any) -> Workload:
         )
     num_hosts = _integer(top["num_hosts"], ("num_hosts",), 1, MAX_HOSTS)
     link_bps = _number(top["link_bps"], ("link_bps",), positive=True, high=MAX_LINK_BPS)
+    if link_bps < MIN_LINK_BPS:
+        raise _Invalid(
+            ("link_bps",), f"{top['link_bps']} is below the limit of {MIN_LINK_BPS:g} bit/s"
+        )
+    # One flow alone on its link finishes within MAX_TIME_S.
+    net = _Network(
+        num_hosts, link_bps, min(int(MAX_FLOW_BYTES), math.floor(MAX_TIME_S * link_bps / 8))
+    )
     meta_value = top.get("meta", {})
     if not isinstance(meta_value, dict):
         raise _Invalid(("meta",), f"expected an object, got {_type_name(meta_value)}")
     meta = {key: _string(item, ("meta", key)) for key, item in meta_value.items()}
 
     def experiment(value: Any, path: JsonPath) -> Experiment:
-        return _experiment(value, path, num_hosts)
+        return _experiment(value, path, net)
 
     experiments = _array(top["experiments"], ("experiments",), experiment)
     _unique_ids([e.experiment_id for e in experiments], ("experiments",), ("experiment_id",))
@@ -317,7 +384,7 @@ def _workload(document: Any) -> Workload:
     return Workload(num_hosts, link_bps, experiments, meta)
 
 
-def _experiment(value: Any, path: JsonPath, num_hosts: int) -> Experiment:
+def _experiment(value: Any, path: JsonPath, net: _Network) -> Experiment:
     fields = _fields(value, path, ("experiment_id", "arrival_s", "stages"), ("kind", "weight"))
     experiment_id = _integer(fields["experiment_id"], (*path, "experiment_id"), 0, MAX_ID)
     arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False, high=MAX_TIME_S)
@@ -325,48 +392,55 @@ def _experiment(value: Any, path: JsonPath, num_hosts: int) -> Experiment:
     weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True)
 
     def stage(value: Any, stage_path: JsonPath) -> Stage:
-        return _stage(value, stage_path, num_hosts)
+        return _stage(value, stage_path, net)
 
     stages = _array(fields["stages"], (*path, "stages"), stage, non_empty=True)
     _unique_ids([s.stage_id for s in stages], (*path, "stages"), ("stage_id",))
     return Experiment(experiment_id, arrival_s, stages, kind, weight)
 
 
-def _stage(value: Any, path: JsonPath, num_hosts: int) -> Stage:
+def _stage(value: Any, path: JsonPath, net: _Network) -> Stage:
     fields = _fields(value, path, ("stage_id", "trials"))
     stage_id = _integer(fields["stage_id"], (*path, "stage_id"), 0, MAX_ID)
 
     def trial(value: Any, trial_path: JsonPath) -> TrialStage:
-        return _trial(value, trial_path, num_hosts)
+        return _trial(value, trial_path, net)
 
     trials = _array(fields["trials"], (*path, "trials"), trial, non_empty=True)
     _unique_ids([t.trial_id for t in trials], (*path, "trials"), ("trial_id",))
     return Stage(stage_id, trials)
 
 
-def _trial(value: Any, path: JsonPath, num_hosts: int) -> TrialStage:
+def _trial(value: Any, path: JsonPath, net: _Network) -> TrialStage:
     fields = _fields(value, path, ("trial_id", "iterations", "compute_s", "sync_flows"), ("hosts",))
     trial_id = _integer(fields["trial_id"], (*path, "trial_id"), 0, MAX_ID)
     iterations = _integer(fields["iterations"], (*path, "iterations"), 1, MAX_ITERATIONS)
     compute_s = _number(fields["compute_s"], (*path, "compute_s"), positive=False, high=MAX_TIME_S)
 
     def host(value: Any, host_path: JsonPath) -> int:
-        return _integer(value, host_path, 0, num_hosts - 1)
+        return _integer(value, host_path, 0, net.num_hosts - 1)
 
     def flow(value: Any, flow_path: JsonPath) -> Flow:
-        return _flow(value, flow_path, num_hosts)
+        return _flow(value, flow_path, net)
 
     hosts = _array(fields.get("hosts", []), (*path, "hosts"), host)
     flows = _array(fields["sync_flows"], (*path, "sync_flows"), flow)
     return TrialStage(trial_id, iterations, compute_s, flows, hosts)
 
 
-def _flow(value: Any, path: JsonPath, num_hosts: int) -> Flow:
+def _flow(value: Any, path: JsonPath, net: _Network) -> Flow:
     if not isinstance(value, list) or len(value) != 3:
         raise _Invalid(path, "expected [src_host, dst_host, size_bytes]")
-    src = _integer(value[0], (*path, 0), 0, num_hosts - 1)
-    dst = _integer(value[1], (*path, 1), 0, num_hosts - 1)
+    src = _integer(value[0], (*path, 0), 0, net.num_hosts - 1)
+    dst = _integer(value[1], (*path, 1), 0, net.num_hosts - 1)
     if src == dst:
         raise _Invalid(path, f"flow from host {src} to itself does not cross the network")
     size = _integer(value[2], (*path, 2), 1, int(MAX_FLOW_BYTES))
+    if size > net.max_flow_bytes:
+        raise _Invalid(
+            (*path, 2),
+            f"{size} bytes take {size * 8 / net.link_bps:.4g} s alone on a link of "
+            f"{net.link_bps:g} bit/s, more than the limit of {MAX_TIME_S:g} s allows "
+            f"(at most {net.max_flow_bytes:,} bytes)",
+        )
     return Flow(src, dst, size)

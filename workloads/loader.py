@@ -9,14 +9,16 @@ document (first non-blank character ``{``) or Coflow-Benchmark text.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
-from control.errors import UserError
 from control.model import Workload
 from workloads import coflow_benchmark, hp_tuning, json_format
+from workloads.files import read_text
 from workloads.summary import rescale_to_load
 
 NAMED_WORKLOADS = ("hp-tuning", "fb2010")
+_BLANK = re.compile(r"[ \t\r\n]*")
 
 
 def load_workload(
@@ -45,18 +47,11 @@ def load_workload(
 
 def read_file(path: Path) -> Workload:
     """Read a JSON workload or a Coflow-Benchmark trace, told apart by content."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(4096)
-    except FileNotFoundError:
-        hint = "" if path.suffix else f" (named workloads: {', '.join(NAMED_WORKLOADS)})"
-        raise UserError(f"{path}: no such file{hint}") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a workload file") from None
-    except OSError as error:
-        raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
+    hint = "" if path.suffix else f" (named workloads: {', '.join(NAMED_WORKLOADS)})"
+    text = read_text(path, missing_hint=hint)
     # A trace's header is two numbers, so any JSON value is read as JSON (and a
     # top-level array is refused as such, not as a trace with a bad header).
-    if head.lstrip()[:1] in (b"{", b"["):
-        return json_format.read(path)
-    return coflow_benchmark.read(path)
+    start = _BLANK.match(text).end()  # type: ignore[union-attr]
+    if text[start : start + 1] in ("{", "["):
+        return json_format.loads(text, str(path))
+    return coflow_benchmark.parse(text, str(path))

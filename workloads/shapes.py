@@ -80,12 +80,16 @@ class Shape:
 
     def apply(self, config: HpTuningConfig) -> HpTuningConfig:
         """``config`` with this shape's jobs, models and synchronisation patterns."""
+        return dataclasses.replace(config, **self.changes())  # type: ignore[arg-type]
+
+    def changes(self) -> dict[str, object]:
+        """The configuration fields this shape sets, to be set together with others."""
         changes: dict[str, object] = {"jobs": self.jobs()}
         if self.models is not None:
             changes["models"] = self.models
         if self.sync is not None:
             changes["patterns"] = self.sync
-        return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+        return changes
 
 
 def parse_models(text: str | Sequence[str]) -> tuple[str, ...] | None:

@@ -11,11 +11,13 @@ last arrival the rate is (K − 1)/T, each job bringing on average total/K bytes
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from dataclasses import dataclass
 
 from control.errors import UserError
 from control.model import Workload
+from workloads.limits import MAX_TIME_S, SettingError
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +78,24 @@ def rescale_to_load(workload: Workload, load: float) -> Workload:
 
     Arrivals are scaled about the first one; sizes and compute times are kept.
     """
-    if not load > 0:
-        raise UserError(f"load must be positive, not {load}")
+    if not (math.isfinite(load) and load > 0):
+        raise SettingError("load", f"must be a positive number, not {load}")
     current = offered_load(workload)
     if current is None:
         raise UserError("cannot set the load of a workload with fewer than two arrival times")
     factor = current / load
     start_s = min(experiment.arrival_s for experiment in workload.experiments)
+    arrivals = [start_s + (e.arrival_s - start_s) * factor for e in workload.experiments]
+    last_s = max(arrivals)
+    if not last_s <= MAX_TIME_S:  # also catches inf and nan
+        raise SettingError(
+            "load",
+            f"{load:g} stretches the arrivals to {last_s:.3g} s, above the limit of "
+            f"{MAX_TIME_S:g} s (offered load {current:.3g} before)",
+        )
     experiments = tuple(
-        dataclasses.replace(e, arrival_s=start_s + (e.arrival_s - start_s) * factor)
-        for e in workload.experiments
+        dataclasses.replace(e, arrival_s=arrival_s)
+        for e, arrival_s in zip(workload.experiments, arrivals, strict=True)
     )
     meta = dict(workload.meta)
     meta["arrivals_scaled_by"] = repr(factor)
