@@ -217,6 +217,8 @@ def parse_event(raw: Any, resolve_host: HostResolver | None = None) -> Event:
     if not isinstance(raw, dict):
         raise _fail("", "an event must be a JSON object with a 'type' field")
     kind = raw.get("type")
+    if not isinstance(kind, str):  # a list or object would not even hash
+        raise _fail("type", f"{_show(kind)} is not one of {', '.join(EVENT_TYPES)}")
     if kind == "experiment_released":
         body = _object(raw, "", ("type", "experiment"), ("experiment",))
         return ExperimentReleased(parse_experiment(body["experiment"], resolve_host))
@@ -812,7 +814,10 @@ class EventServer:
             raise _Refuse(403, "Host must be localhost or an IP address")
         own = {"localhost", "127.0.0.1", "::1", listener.host}
         for origin in origins:
-            parts = urllib.parse.urlsplit(origin.decode("latin-1").strip())
+            try:
+                parts = urllib.parse.urlsplit(origin.decode("latin-1").strip())
+            except ValueError:  # e.g. "http://[::1": no origin of ours
+                raise _Refuse(403, "cross-origin requests are refused") from None
             try:
                 port = parts.port
             except ValueError:

@@ -84,6 +84,9 @@ def test_simple_events_parse() -> None:
     [
         ([], r"an event must be a JSON object"),
         ({"type": "launch"}, r"type: \"launch\" is not one of experiment_released, stage_rel"),
+        ({"type": [1, 2]}, r"type: a JSON list is not one of experiment_released"),
+        ({"type": {}}, r"type: a JSON object is not one of experiment_released"),
+        ({"type": None}, r"type: null is not one of experiment_released"),
         ({"type": "stage_released", "experiment_id": 1}, r"stage_id: missing required field"),
         (
             {"type": "stage_released", "experiment_id": 1, "stage_id": 1, "x": 0},

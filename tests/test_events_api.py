@@ -129,7 +129,12 @@ def test_requests_a_web_page_can_send_are_refused(controller: ControllerProcess)
     )
     assert status == 415
     own = f"http://127.0.0.1:{controller.port}"
-    for origin in ("http://evil.example", "null", f"http://evil.example:{controller.port}"):
+    for origin in (
+        "http://evil.example",
+        "null",
+        f"http://evil.example:{controller.port}",
+        "http://[::1",  # not even a URL: refused like any foreign origin, not dropped
+    ):
         headers = {"Content-Type": "application/json", "Origin": origin}
         status, reply = _post(controller, _release(10), headers)
         assert status == 403 and b"cross-origin" in reply
