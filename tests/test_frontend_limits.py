@@ -17,6 +17,7 @@ from softswitch.frontend.limits import (
     MAX_EXTERN_CELLS,
     MAX_NESTING,
     MAX_TABLE_SIZE,
+    MAX_TOTAL_EXTERN_CELLS,
 )
 from softswitch.switch import Switch
 
@@ -80,6 +81,13 @@ HUGE = [
         "action drop()",
         "register<bit<8>>(99999999999) r; action drop()",
         "register size 99999999999",
+    ),
+    (
+        # Each within the per-array limit; together gigabytes of cells.
+        "action drop()",
+        " ".join(f"counter(1048576, CounterType.packets) c{i};" for i in range(4))
+        + " register<bit<8>>(1) r; action drop()",
+        f"hold {4 * 2**20 + 1} cells in all, more than {MAX_TOTAL_EXTERN_CELLS}",
     ),
 ]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from softswitch.frontend import ast
 from softswitch.frontend.emitter import Emitter
-from softswitch.frontend.errors import CompileError
-from softswitch.frontend.limits import MAX_EXTERN_CELLS
+from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import MAX_EXTERN_CELLS, MAX_TOTAL_EXTERN_CELLS
 from softswitch.frontend.lowered import (
     ActionInfo,
     CounterInfo,
@@ -159,6 +159,7 @@ class ControlLowering(TableLowering):
                 )
             info = CounterInfo(qualified, size, unit(arg(1), "CounterType"), pyname)
             self.lowered.counters.append(info)
+            self._check_total_cells(arg(0).loc)
             return ExternInstance(kind, pyname, info, type_args)
         if kind == "direct_counter":
             if len(inst.args) != 1:
@@ -179,10 +180,22 @@ class ControlLowering(TableLowering):
                 )
             rinfo = RegisterInfo(qualified, size, value_type.width, pyname)
             self.lowered.registers.append(rinfo)
+            self._check_total_cells(arg(0).loc)
             return ExternInstance(kind, pyname, rinfo, type_args)
         if kind in self.extern_types:
             raise CompileError(inst.loc, f"extern {kind} is not supported by this target")
         raise CompileError(inst.loc, f"unknown extern type {kind}")
+
+    def _check_total_cells(self, loc: SourceLocation) -> None:
+        """Each array within its limit is not enough: their cells add up at run time."""
+        lowered = self.lowered
+        total = sum(c.size for c in lowered.counters) + sum(r.size for r in lowered.registers)
+        if total > MAX_TOTAL_EXTERN_CELLS:
+            raise CompileError(
+                loc,
+                f"counters and registers hold {total} cells in all, "
+                f"more than {MAX_TOTAL_EXTERN_CELLS}",
+            )
 
     def emit_action(
         self, info: ActionInfo, sig: str, scope: Scope, control_locals: Emitter

@@ -19,6 +19,11 @@ MAX_NESTING = 64
 # Most cells of a counter or register array (each is a Python object at run time).
 MAX_EXTERN_CELLS = 1 << 20
 
+# Most cells of all counter and register arrays of a program together: a few hundred
+# megabytes of cell objects at most, where two dozen arrays at the per-array limit
+# would take gigabytes.
+MAX_TOTAL_EXTERN_CELLS = 1 << 22
+
 # Largest table size a program may declare (the P4Info field is 64 bits; entries are
 # only stored as they are inserted, but a size must stay a sane number).
 MAX_TABLE_SIZE = 1 << 24
