@@ -3,6 +3,7 @@ pipeline config and the error codes of the P4Runtime 1.4 spec."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -732,3 +733,79 @@ def test_rollback_on_error_restores_everything_the_batch_changed(target: Target)
     good = request_updates[:5] + request_updates[6:]
     write(target.stub, *good, atomicity=p4runtime_pb2.WriteRequest.ROLLBACK_ON_ERROR)
     assert len(read(target.stub, table_read(CLASS_TABLE))) == 3
+
+
+# ----------------------------------------------------------------------------- hostile input
+
+
+def raw_write(target: Target, data: bytes) -> grpc.RpcError:
+    """Send ``data`` as a WriteRequest's wire bytes; the call must fail."""
+    channel = grpc.insecure_channel(target.server.addr)
+    call = channel.unary_unary("/p4.v1.P4Runtime/Write")
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            call(data, timeout=30)
+    finally:
+        channel.close()
+    return caught.value
+
+
+def write_header() -> bytes:
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    request.election_id.high, request.election_id.low = ELECTION
+    return request.SerializeToString()
+
+
+def test_a_role_that_is_not_utf8_is_invalid_argument(target: Target) -> None:
+    error = raw_write(target, write_header() + b"\x32\x01\xff")
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "role" in (error.details() or "")
+
+
+def test_deeply_nested_groups_are_invalid_argument(target: Target) -> None:
+    error = raw_write(target, b"\x0b" * 100_000 + b"\x0c" * 100_000)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    update = p4runtime_pb2.Update(type=Update.INSERT).SerializeToString()
+    nested = b"\x0b" * 100_000 + b"\x0c" * 100_000
+    request = write_header() + b"\x22" + _varint(len(update) + len(nested)) + update + nested
+    error = raw_write(target, request)
+    assert error.code() == grpc.StatusCode.UNKNOWN
+    (detail,) = write_error_details(error)
+    assert detail.canonical_code == code_pb2.INVALID_ARGUMENT
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def test_errors_do_not_echo_huge_values(target: Target) -> None:
+    """A trailer over the client's 16 KiB limit would hide the real status code."""
+    huge = b"\x01" * 20_000
+    entry = _with(class_entry(1, 1), lambda e: setattr(e.match[0].exact, "value", huge))
+    with pytest.raises(grpc.RpcError) as caught:
+        write(target.stub, (Update.INSERT, entry))
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
+    (detail,) = write_error_details(caught.value)
+    assert detail.canonical_code == code_pb2.OUT_OF_RANGE
+    assert "(20000 bytes)" in detail.message and len(detail.message) < 200
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID, role="r" * 20_000)
+    with pytest.raises(grpc.RpcError) as caught:
+        target.stub.Write(request)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(caught.value.details() or "") < 200
+    program = program_under_test()
+    config = SetAction(device_id=DEVICE_ID, action=SetAction.VERIFY)
+    config.election_id.high, config.election_id.low = ELECTION
+    config.config.p4info.CopyFrom(program.p4info)
+    device_config = json.loads(program.device_config())
+    device_config["source"] = [["f" * 1_000_000, 10**4000, "x"]]
+    config.config.p4_device_config = json.dumps(device_config).encode()
+    with pytest.raises(grpc.RpcError) as caught:
+        target.stub.SetForwardingPipelineConfig(config)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(caught.value.details() or "") <= 2048

@@ -3,9 +3,11 @@ primary by highest election id, backups, primary changes and their notifications
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 import grpc
@@ -20,6 +22,9 @@ from test_p4runtime_server_support import (
 )
 
 from control.errors import UserError
+from softswitch.p4rt import arbitration, service
+from softswitch.p4rt.arbitration import Arbitrator, ClientStream
+from softswitch.p4rt.status import P4RuntimeError
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
@@ -298,3 +303,119 @@ def test_a_write_with_the_primarys_id_but_no_stream_of_its_own_is_refused(
     # The primary's own connection writes as before, and the entry the intruder tried
     # to insert is not there (inserting it now succeeds).
     insert_class_entry(stub, (0, 5), stage=7)
+
+
+def _arbitration(role: str, election: int | None) -> p4runtime_pb2.MasterArbitrationUpdate:
+    update = p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)
+    update.role.name = role
+    if election is not None:
+        update.election_id.low = election
+    return update
+
+
+def test_a_role_is_forgotten_when_its_last_stream_leaves_unless_it_saw_an_election_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Role names are the client's to choose: each must not be kept forever."""
+    arbitrator = Arbitrator(DEVICE_ID)
+    for number in range(1000):
+        stream = ClientStream()
+        arbitrator.arbitrate(stream, _arbitration(f"role-{number}" + "x" * 1000, None))
+        arbitrator.remove(stream)
+        arbitrator.remove(stream)  # the reader and the RPC end both remove
+    assert arbitrator._groups == {}
+
+    # A highest election id outlives the role's streams, so such roles are bounded.
+    monkeypatch.setattr(arbitration, "MAX_ROLES", 3)
+    for number in range(3):
+        stream = ClientStream()
+        arbitrator.arbitrate(stream, _arbitration(f"kept-{number}", 5))
+        arbitrator.remove(stream)
+    with pytest.raises(P4RuntimeError) as caught:
+        arbitrator.arbitrate(ClientStream(), _arbitration("one-too-many", 1))
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    returning = ClientStream()
+    arbitrator.arbitrate(returning, _arbitration("kept-0", 4))
+    assert not arbitrator.is_primary(returning)  # 5 was seen: 4 does not take over
+    arbitrator.arbitrate(returning, _arbitration("kept-0", 5))
+    assert arbitrator.is_primary(returning)
+
+
+def test_a_client_that_never_reads_is_cut_off_with_resource_exhausted(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each denied packet-out is echoed back: unread, they must not pile up without bound."""
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 4 << 20)
+    sent = threading.Event()
+    count = 200
+
+    def requests() -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        update = p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)
+        yield p4runtime_pb2.StreamMessageRequest(arbitration=update)  # a backup
+        packet = p4runtime_pb2.StreamMessageRequest()
+        packet.packet.payload = b"\x00" * (256 << 10)
+        for _ in range(count):
+            yield packet
+        sent.set()
+
+    call = stub.StreamChannel(requests())
+    assert sent.wait(30)
+    time.sleep(0.5)  # let the server handle what it received
+    received = 0
+    with pytest.raises(grpc.RpcError) as caught:
+        for _ in call:
+            received += 1
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert received < count
+
+
+def test_an_ended_stream_drops_what_it_never_sent() -> None:
+    stream = ClientStream()
+    reply = p4runtime_pb2.StreamMessageResponse()
+    reply.error.packet_out.packet_out.payload = b"\x00" * 1000
+    for _ in range(10):
+        stream.send(reply)
+    stream.end()
+    stream.send(reply)
+    assert stream.outbox.qsize() == 1
+    assert isinstance(stream.receive(), arbitration.StreamClosed)
+
+
+def test_a_stream_whose_client_left_is_freed_without_the_garbage_collector(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reference counting alone must free a gone client's stream and what it queued."""
+    created: list[weakref.ref[ClientStream]] = []
+
+    def recorded(peer: str | None = None) -> ClientStream:
+        stream = ClientStream(peer=peer)
+        created.append(weakref.ref(stream))
+        return stream
+
+    monkeypatch.setattr(service, "ClientStream", recorded)
+    leave = threading.Event()
+
+    def requests() -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        update = p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)
+        yield p4runtime_pb2.StreamMessageRequest(arbitration=update)
+        packet = p4runtime_pb2.StreamMessageRequest()
+        packet.packet.payload = b"\x00" * 1000
+        for _ in range(10):
+            yield packet
+        leave.wait(30)
+
+    gc.disable()
+    try:
+        call = stub.StreamChannel(requests())
+        deadline = time.monotonic() + 5
+        while not created and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        call.cancel()
+        leave.set()
+        deadline = time.monotonic() + 5
+        while created[0]() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert created[0]() is None
+    finally:
+        gc.enable()

@@ -23,10 +23,26 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
 
-from softswitch.p4rt.status import P4RuntimeError, invalid, not_found, permission_denied
+from softswitch.p4rt.status import (
+    P4RuntimeError,
+    invalid,
+    not_found,
+    permission_denied,
+    shorten,
+)
 
 # How many live streams one (device, role) accepts; one more is RESOURCE_EXHAUSTED.
 MAX_STREAMS_PER_ROLE = 16
+
+# What one stream may have queued for its client before it is ended (see ClientStream.send).
+MAX_OUTBOX_MESSAGES = 1024
+MAX_OUTBOX_BYTES = 16 << 20
+
+# How many roles the server remembers at once; a new one beyond is RESOURCE_EXHAUSTED.
+# A role is forgotten when its last stream leaves unless an election id was seen for
+# it: that highest id must outlive its streams (a returning client may not take over
+# with a lower one), so such roles stay and only this limit bounds them.
+MAX_ROLES = 256
 
 
 def election_id_value(message: p4runtime_pb2.Uint128) -> int:
@@ -68,9 +84,70 @@ class ClientStream:
     role: str | None = None  # None until the first accepted arbitration
     election_id: int | None = None  # None: unset, never primary (spec §16.3.1)
     peer: str | None = None  # the gRPC peer (transport connection) the stream came on
+    _queued_bytes: int = 0
+    _closed: bool = False  # a StreamClosed is queued: nothing more goes out
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def send(self, item: OutboxItem) -> None:
-        self.outbox.put(item)
+        """Queue ``item``; a client that leaves too much unread is cut off.
+
+        Replies to packet-outs carry the packet back, so a client that sends without
+        reading would otherwise grow the outbox without bound: past MAX_OUTBOX_MESSAGES
+        or MAX_OUTBOX_BYTES the queued messages are dropped and the stream ends with
+        RESOURCE_EXHAUSTED.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            if isinstance(item, StreamClosed):
+                self._closed = True
+                self.outbox.put(item)
+                return
+            size = item.ByteSize()
+            if (
+                self.outbox.qsize() >= MAX_OUTBOX_MESSAGES
+                or self._queued_bytes + size > MAX_OUTBOX_BYTES
+            ):
+                self._discard()
+                self._closed = True
+                self.outbox.put(
+                    StreamClosed(
+                        P4RuntimeError(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            "the client does not read its stream: too many messages unsent",
+                        )
+                    )
+                )
+                return
+            self._queued_bytes += size
+            self.outbox.put(item)
+
+    def receive(self) -> OutboxItem:
+        """The next item to send to the client (blocks)."""
+        item = self.outbox.get()
+        if not isinstance(item, StreamClosed):
+            with self._lock:
+                self._queued_bytes -= item.ByteSize()
+        return item
+
+    def end(self) -> None:
+        """The RPC is over: drop what was never sent and mark the stream closed.
+
+        Queued replies can hold large packets; they must not wait for the garbage
+        collector to find the stream.
+        """
+        with self._lock:
+            self._discard()  # this may drop an earlier StreamClosed: queue a new one
+            self._closed = True
+            self.outbox.put(StreamClosed())
+
+    def _discard(self) -> None:
+        while True:
+            try:
+                self.outbox.get_nowait()
+            except queue.Empty:
+                break
+        self._queued_bytes = 0
 
 
 @dataclass
@@ -102,12 +179,20 @@ class Arbitrator:
             if stream.role is None:
                 if update.device_id != self.device_id:
                     raise not_found(f"unknown device id {update.device_id}")
-                group = self._groups.setdefault(role, _RoleGroup())
+                group = self._groups.get(role)
+                if group is None:
+                    if len(self._groups) >= MAX_ROLES:
+                        raise P4RuntimeError(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"too many roles (limit {MAX_ROLES})",
+                        )
+                    group = self._groups[role] = _RoleGroup()
                 self._check_unique(group, stream, election_id)
                 if len(group.streams) >= MAX_STREAMS_PER_ROLE:
                     raise P4RuntimeError(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"too many streams for role '{role}' (limit {MAX_STREAMS_PER_ROLE})",
+                        f"too many streams for role '{shorten(role)}' "
+                        f"(limit {MAX_STREAMS_PER_ROLE})",
                     )
                 group.streams.append(stream)
                 stream.role = role
@@ -120,7 +205,8 @@ class Arbitrator:
                 if role != stream.role:
                     raise P4RuntimeError(
                         grpc.StatusCode.FAILED_PRECONDITION,
-                        f"role '{role}' differs from this stream's role '{stream.role}'",
+                        f"role '{shorten(role)}' differs from this stream's role "
+                        f"'{shorten(stream.role)}'",
                     )
                 group = self._groups[role]
                 self._check_unique(group, stream, election_id)
@@ -128,16 +214,23 @@ class Arbitrator:
             self._elect(group, stream)
 
     def remove(self, stream: ClientStream) -> None:
-        """A closed stream gives up its place; losing the primary is announced to the rest."""
+        """A closed stream gives up its place; losing the primary is announced to the rest.
+
+        Called more than once per stream (reader end and RPC end); later calls do nothing.
+        """
         with self._lock:
             if stream.role is None:
                 return
-            group = self._groups[stream.role]
+            group = self._groups.get(stream.role)
+            if group is None:
+                return
             if stream in group.streams:
                 group.streams.remove(stream)
             if group.primary is stream:
                 group.primary = None
                 self._notify(group, stream.role, group.streams)
+            if not group.streams and group.highest_election_id is None:
+                del self._groups[stream.role]  # nothing left to remember of this role
 
     def check_primary(
         self, device_id: int, role: str, election_id: int | None, peer: str | None = None
@@ -149,10 +242,10 @@ class Arbitrator:
         with self._lock:
             group = self._groups.get(role)
             if group is None and role:
-                raise not_found(f"unknown role '{role}'")
+                raise not_found(f"unknown role '{shorten(role)}'")
             primary = group.primary if group is not None else None
             if primary is None:
-                raise permission_denied(f"no primary client for role '{role}'")
+                raise permission_denied(f"no primary client for role '{shorten(role)}'")
             if election_id is None or primary.election_id != election_id:
                 raise permission_denied("election id does not match the primary client's")
             if not same_connection(peer, primary.peer):

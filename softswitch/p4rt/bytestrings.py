@@ -3,7 +3,7 @@ bit width; replies always use the canonical (shortest) form for read-write symme
 
 from __future__ import annotations
 
-from softswitch.p4rt.status import out_of_range
+from softswitch.p4rt.status import out_of_range, shorten
 
 
 def decode_unsigned(data: bytes, bitwidth: int, what: str) -> int:
@@ -12,7 +12,7 @@ def decode_unsigned(data: bytes, bitwidth: int, what: str) -> int:
         raise out_of_range(f"{what}: empty byte string")
     value = int.from_bytes(data, "big")
     if value >> bitwidth:
-        raise out_of_range(f"{what}: value 0x{data.hex()} does not fit in {bitwidth} bits")
+        raise out_of_range(f"{what}: value 0x{shorten(data)} does not fit in {bitwidth} bits")
     return value
 
 

@@ -21,7 +21,7 @@ from p4.v1 import p4runtime_pb2
 from control.errors import UserError
 from softswitch.frontend import CompiledProgram
 from softswitch.p4rt.p4info_index import P4InfoIndex
-from softswitch.p4rt.status import failed_precondition, invalid, not_found
+from softswitch.p4rt.status import failed_precondition, invalid, not_found, shorten
 from softswitch.p4rt.transfer import copy_runtime_state
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import RuntimeState, RuntimeStateError
@@ -114,7 +114,7 @@ class PipelineConfigs:
         try:
             program = CompiledProgram.from_device_config(config.p4_device_config)
         except UserError as error:
-            raise invalid(f"device config cannot be loaded: {error}") from None
+            raise invalid(f"device config cannot be loaded: {shorten(str(error), 512)}") from None
         difference = p4info_difference(config.p4info, program.p4info)
         if difference:
             raise invalid(f"P4Info does not match the device config's program: {difference}")

@@ -25,11 +25,13 @@ from softswitch.p4rt.arbitration import (
 from softswitch.p4rt.pipeline_config import PipelineConfigs, PipelineHost
 from softswitch.p4rt.reads import read_entity
 from softswitch.p4rt.status import (
+    MESSAGE_LIMIT,
     P4RuntimeError,
     abort_with_batch_status,
     batch_status,
     internal,
     not_found,
+    shorten,
     unimplemented,
 )
 from softswitch.p4rt.wire import decode_write_request
@@ -72,8 +74,11 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 if isinstance(request, bytes)
                 else decode_write_request(request.SerializeToString())
             )
-        except DecodeError:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the WriteRequest cannot be parsed")
+        except DecodeError as error:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                shorten(f"the WriteRequest cannot be parsed: {error}", MESSAGE_LIMIT),
+            )
         errors: list[P4RuntimeError | None] = []
         failed = False
         try:
@@ -205,7 +210,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
         def on_rpc_done() -> None:
             self.arbitrator.remove(stream)
-            stream.send(StreamClosed())
+            stream.end()
 
         context.add_callback(on_rpc_done)
         reader = threading.Thread(
@@ -215,13 +220,16 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             daemon=True,
         )
         reader.start()
-        while True:
-            item = stream.outbox.get()
-            if isinstance(item, StreamClosed):
-                if item.error is not None:
-                    context.abort(item.error.code, item.error.message)
-                return
-            yield item
+        try:
+            while True:
+                item = stream.receive()
+                if isinstance(item, StreamClosed):
+                    if item.error is not None:
+                        context.abort(item.error.code, item.error.message)
+                    return
+                yield item
+        finally:
+            stream.end()
 
     def _read_stream(
         self, stream: ClientStream, requests: Iterator[p4runtime_pb2.StreamMessageRequest]
@@ -233,8 +241,10 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     self.arbitrator.remove(stream)
                     stream.send(StreamClosed(error))
                     return
-        except grpc.RpcError:
-            pass  # the client went away; the RPC-done callback cleans up
+        except grpc.RpcError as error:
+            # The client went away; the RPC-done callback cleans up. grpc's error sits in
+            # a reference cycle: its traceback must not keep this frame and stream alive.
+            error.__traceback__ = None
         finally:
             self.arbitrator.remove(stream)
             stream.send(StreamClosed())

@@ -13,11 +13,27 @@ from p4.v1 import p4runtime_pb2
 # through grpc::Status::binary_error_details).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
+# How much of a client-supplied value or name an error message repeats, and how long a
+# message may get: gRPC clients refuse trailers over 16 KiB by default, and would then
+# see RESOURCE_EXHAUSTED instead of the real status.
+ECHO_LIMIT = 32
+MESSAGE_LIMIT = 1024
+
+
+def shorten(value: bytes | str, limit: int = ECHO_LIMIT) -> str:
+    """``value`` for an error message: bytes as hex, cut after ``limit`` bytes or chars."""
+    text = value[:limit].hex() if isinstance(value, bytes) else value[:limit]
+    if len(value) <= limit:
+        return text
+    unit = "bytes" if isinstance(value, bytes) else "chars"
+    return f"{text}… ({len(value)} {unit})"
+
 
 class P4RuntimeError(Exception):
     """An error with a canonical gRPC code, raised anywhere below the servicer."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        message = shorten(message, MESSAGE_LIMIT)
         super().__init__(message)
         self.code = code
         self.message = message

@@ -12,8 +12,12 @@ parsed by protobuf as usual: the fast path never changes what a request means.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from google.protobuf.message import DecodeError, Message
 from p4.v1 import p4runtime_pb2
+
+_M = TypeVar("_M", bound=Message)
 
 # Wire types used by p4runtime.proto's messages here.
 _VARINT = 0
@@ -112,12 +116,29 @@ def _span(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return pos, stop
 
 
+def parse_message(message_type: type[_M], data: bytes) -> _M:
+    """``message_type.FromString`` that fails on bad input with DecodeError only.
+
+    Pure-Python protobuf raises UnicodeDecodeError for a string that is not UTF-8 and
+    RecursionError for deeply nested groups; both are the client's fault, not ours.
+    """
+    try:
+        return message_type.FromString(data)
+    except UnicodeDecodeError as error:
+        raise DecodeError(f"a string field is not valid UTF-8 ({error})") from None
+    except RecursionError:
+        raise DecodeError(f"{message_type.DESCRIPTOR.name} is nested too deeply") from None
+
+
 def decode_write_request(data: bytes) -> WriteBatch:
-    """Split a WriteRequest into its header and raw updates; protobuf when unusual."""
+    """Split a WriteRequest into its header and raw updates; protobuf when unusual.
+
+    Raises DecodeError for bytes that are no valid WriteRequest.
+    """
     try:
         return _decode_write_request(data)
     except (NotFastPath, IndexError):
-        request = p4runtime_pb2.WriteRequest.FromString(data)
+        request = parse_message(p4runtime_pb2.WriteRequest, data)
         election = None
         if request.HasField("election_id"):
             election = (request.election_id.high << 64) | request.election_id.low
@@ -145,7 +166,10 @@ def _decode_write_request(buf: bytes) -> WriteBatch:
             batch.atomicity, pos = _varint(buf, pos)
         elif number == 6 and wire == _LENGTH_DELIMITED:
             start, pos = _span(buf, pos, end)
-            batch.role = buf[start:pos].decode("utf-8")
+            try:
+                batch.role = buf[start:pos].decode("utf-8")
+            except UnicodeDecodeError:
+                raise DecodeError("WriteRequest.role is not valid UTF-8") from None
         elif number == 3 and wire == _LENGTH_DELIMITED:
             start, pos = _span(buf, pos, end)
             batch.election_id = _decode_uint128(buf, start, pos)

@@ -24,7 +24,12 @@ from softswitch.p4rt.status import (
     permission_denied,
     unimplemented,
 )
-from softswitch.p4rt.wire import TableEntryData, decode_table_update, table_entry_data
+from softswitch.p4rt.wire import (
+    TableEntryData,
+    decode_table_update,
+    parse_message,
+    table_entry_data,
+)
 from softswitch.runtime import (
     CounterData,
     RuntimeState,
@@ -50,9 +55,9 @@ def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Updat
             except RuntimeStateError as error:
                 raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
         try:
-            update = p4runtime_pb2.Update.FromString(update)
-        except DecodeError:
-            raise invalid("the update cannot be parsed") from None
+            update = parse_message(p4runtime_pb2.Update, update)
+        except DecodeError as error:
+            raise invalid(f"the update cannot be parsed: {error}") from None
     return apply_update(active, update)
 
 
