@@ -638,7 +638,7 @@ def write_request_bytes(
     parts = [head]
     for update in updates:
         body = update.SerializeToString()
-        parts.append(_UPDATES_KEY + _varint_bytes(len(body)) + body)
+        parts.append(_UPDATES_KEY + varint_bytes(len(body)) + body)
     # Fields after ``updates`` (4) in number order, as protobuf writes them.
     parts.append(p4runtime_pb2.WriteRequest(atomicity=atomicity).SerializeToString())
     return b"".join(parts)
@@ -647,7 +647,8 @@ def write_request_bytes(
 _UPDATES_KEY = bytes([4 << 3 | 2])  # WriteRequest.updates: field 4, length-delimited
 
 
-def _varint_bytes(value: int) -> bytes:
+def varint_bytes(value: int) -> bytes:
+    """``value`` as a protobuf varint (for requests assembled from encoded parts)."""
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)

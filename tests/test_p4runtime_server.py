@@ -29,6 +29,7 @@ from test_p4runtime_server_support import (
     write_error_details,
 )
 
+from control.p4runtime_client import varint_bytes
 from softswitch.frontend import CompiledProgram
 from softswitch.p4rt import service
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -767,20 +768,11 @@ def test_deeply_nested_groups_are_invalid_argument(target: Target) -> None:
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     update = p4runtime_pb2.Update(type=Update.INSERT).SerializeToString()
     nested = b"\x0b" * 100_000 + b"\x0c" * 100_000
-    request = write_header() + b"\x22" + _varint(len(update) + len(nested)) + update + nested
+    request = write_header() + b"\x22" + varint_bytes(len(update) + len(nested)) + update + nested
     error = raw_write(target, request)
     assert error.code() == grpc.StatusCode.UNKNOWN
     (detail,) = write_error_details(error)
     assert detail.canonical_code == code_pb2.INVALID_ARGUMENT
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def test_errors_do_not_echo_huge_values(target: Target) -> None:
