@@ -140,6 +140,17 @@ def _check_depth(text: str, source: str) -> None:
             depth -= 1
 
 
+def output_directory(text: str, option: str = "--out") -> Path:
+    """An output directory named on a command line: an empty name would quietly mean the
+    current directory, and an existing file cannot hold the outputs."""
+    if not text.strip():
+        raise UserError(f"{option}: an empty directory name (write {option} . for this directory)")
+    path = Path(text)
+    if os.path.lexists(path) and not path.is_dir():
+        raise UserError(f"{option} {path}: exists and is not a directory")
+    return path
+
+
 def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     """Let ``write`` fill a temporary file beside ``target``, then rename it over.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.files import write_csv
+from control.files import output_directory, write_csv
 from control.model import StageKey, Workload
 from control.policies import POLICIES
 from control.policies.spec import policy_from_spec
@@ -120,13 +120,6 @@ def parse_queues(text: str) -> list[int | None]:
     return modes
 
 
-def out_dir(text: str) -> Path:
-    """``--out``: an empty name would quietly mean the current directory."""
-    if not text.strip():
-        raise UserError("--out: an empty directory name (write --out . for this directory)")
-    return Path(text)
-
-
 def parse_policies(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
@@ -151,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--load: must be a positive number, not {args.load}")
     strategy: Strategy = args.quantize
     executor = Executor(args.executor, args.jobs, args.ray_address)
-    out = None if args.out is None else out_dir(args.out)
+    out = None if args.out is None else output_directory(args.out)
     # Load every seed's workload here first: bad input fails before any run starts,
     # and before the output directory is made.
     for seed in seeds:

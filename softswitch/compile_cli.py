@@ -24,7 +24,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from control.errors import UserError
-from control.files import atomic_write_all_bytes
+from control.files import atomic_write_all_bytes, output_directory
 from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.p4rt.pipeline_config import p4info_difference
 
@@ -96,11 +96,7 @@ def compare_p4info(text: bytes | None, p4c_info: Path, ours: p4info_pb2.P4Info) 
 
 
 def compile_command(args: argparse.Namespace) -> int:
-    if not args.out:
-        raise UserError("--out is empty: name the output directory (e.g. --out build)")
-    out_dir = Path(args.out)
-    if os.path.lexists(out_dir) and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    out_dir = output_directory(args.out)
     source = Path(args.program)
     program = compile_file(source)
     stem = source.stem

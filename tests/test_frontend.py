@@ -315,7 +315,7 @@ def test_compile_refuses_an_empty_out_and_one_that_is_a_file(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     message = compile_error([str(BEAMER_P4), "--out", "", "--no-p4c"], capsys)
-    assert message == "--out is empty: name the output directory (e.g. --out build)"
+    assert message == "--out: an empty directory name (write --out . for this directory)"
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "build").write_text("")
     message = compile_error([str(BEAMER_P4), "--out", "build", "--no-p4c"], capsys)
