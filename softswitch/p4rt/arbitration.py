@@ -31,9 +31,6 @@ from softswitch.p4rt.status import (
     shorten,
 )
 
-# How many live streams one (device, role) accepts; one more is RESOURCE_EXHAUSTED.
-MAX_STREAMS_PER_ROLE = 16
-
 # What one stream may have queued for its client before it is ended (see ClientStream.send).
 MAX_OUTBOX_MESSAGES = 1024
 MAX_OUTBOX_BYTES = 16 << 20
@@ -122,9 +119,13 @@ class ClientStream:
             self._queued_bytes += size
             self.outbox.put(item)
 
-    def receive(self) -> OutboxItem:
-        """The next item to send to the client (blocks)."""
-        item = self.outbox.get()
+    def receive(self, timeout_s: float | None = None) -> OutboxItem | None:
+        """The next item to send to the client; None if nothing came within ``timeout_s``
+        (None: wait as long as it takes)."""
+        try:
+            item = self.outbox.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
         if not isinstance(item, StreamClosed):
             with self._lock:
                 self._queued_bytes -= item.ByteSize()
@@ -188,12 +189,6 @@ class Arbitrator:
                         )
                     group = self._groups[role] = _RoleGroup()
                 self._check_unique(group, stream, election_id)
-                if len(group.streams) >= MAX_STREAMS_PER_ROLE:
-                    raise P4RuntimeError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"too many streams for role '{shorten(role)}' "
-                        f"(limit {MAX_STREAMS_PER_ROLE})",
-                    )
                 group.streams.append(stream)
                 stream.role = role
             else:

@@ -10,9 +10,8 @@ from types import TracebackType
 import grpc
 
 from control.errors import UserError
-from softswitch.p4rt.arbitration import MAX_STREAMS_PER_ROLE
 from softswitch.p4rt.pipeline_config import PipelineHost
-from softswitch.p4rt.service import P4RuntimeServicer, add_to_server
+from softswitch.p4rt.service import MAX_STREAMS, P4RuntimeServicer, add_to_server
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +21,11 @@ DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 # Each open StreamChannel occupies a worker for its lifetime; keep room for unary RPCs.
-WORKERS = MAX_STREAMS_PER_ROLE + 8
+WORKERS = MAX_STREAMS + 8
+
+# RPCs accepted at once, running or waiting for a worker; one more is RESOURCE_EXHAUSTED
+# at once rather than a wait without end.
+MAX_CONCURRENT_RPCS = 4 * WORKERS
 
 
 def serves_every_network(addr: str) -> bool:
@@ -73,6 +76,7 @@ class P4RuntimeServer:
         executor = futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="p4rt")
         server = grpc.server(
             executor,
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from softswitch.p4rt import encode
@@ -30,11 +32,12 @@ from softswitch.p4rt.status import (
     abort_with_batch_status,
     batch_status,
     internal,
+    invalid,
     not_found,
     shorten,
     unimplemented,
 )
-from softswitch.p4rt.wire import decode_write_request
+from softswitch.p4rt.wire import decode_write_request, parse_message
 from softswitch.p4rt.writes import Undo, apply_raw_update
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,25 @@ P4RUNTIME_API_VERSION = "1.4.1"
 
 # Entities per ReadResponse message: keeps each reply well below gRPC's 4 MiB default.
 READ_CHUNK_ENTITIES = 1000
+
+# StreamChannels open at once, every role together. Each holds a server thread for its
+# life: past this a new stream is refused at once, instead of waiting for a thread that
+# the other RPCs need too.
+MAX_STREAMS = 16
+
+# A stream must arbitrate this soon after it opens, or it is ended: a connection that
+# only holds a stream open must not keep a slot from a controller.
+ARBITRATION_TIMEOUT_S = 10.0
+
+# Reads served at once. A client that takes its reply slowly holds a thread until it has
+# it all; past this a Read is refused, so that Writes always find a thread.
+MAX_READS = 4
+
+# What one Read may reply with: a request of many wildcards over large tables is refused
+# rather than built in memory.
+MAX_READ_REPLY_BYTES = 128 << 20
+
+_Request = TypeVar("_Request", bound=Message)
 
 WriteRequest = p4runtime_pb2.WriteRequest
 
@@ -55,12 +77,21 @@ ATOMICITY_SUPPORTED = (WriteRequest.CONTINUE_ON_ERROR, WriteRequest.ROLLBACK_ON_
 class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     """Serves one device (``device_id``) backed by ``switch``."""
 
-    def __init__(self, switch: PipelineHost, device_id: int) -> None:
-        """Serve ``device_id``; register with :func:`add_to_server` (Write takes raw bytes)."""
+    def __init__(
+        self,
+        switch: PipelineHost,
+        device_id: int,
+        arbitration_timeout_s: float = ARBITRATION_TIMEOUT_S,
+    ) -> None:
+        """Serve ``device_id``; register with :func:`add_to_server` (requests come as raw
+        bytes, parsed here, so that bad ones get INVALID_ARGUMENT)."""
         self.device_id = device_id
         self.arbitrator = Arbitrator(device_id)
         self.configs = PipelineConfigs(switch)
         self.state_lock = threading.Lock()
+        self.arbitration_timeout_s = arbitration_timeout_s
+        self._stream_slots = threading.BoundedSemaphore(MAX_STREAMS)
+        self._read_slots = threading.BoundedSemaphore(MAX_READS)
 
     # ------------------------------------------------------------------ Write
 
@@ -123,8 +154,22 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
         """Stream the selected entities; replies go out as wire bytes (see ``encode``)."""
+        if not self._read_slots.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many Reads in progress (limit {MAX_READS}); try again",
+            )
+        try:
+            yield from self._read(request, context)
+        finally:
+            self._read_slots.release()
+
+    def _read(
+        self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
+    ) -> Iterator[bytes]:
         results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
+        reply_bytes = 0
         try:
             if request.device_id != self.device_id:
                 raise not_found(f"unknown device id {request.device_id}")
@@ -133,13 +178,24 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 with active.runtime.lock:
                     for entity in request.entities:
                         try:
-                            results.extend(read_entity(active, entity))
+                            found = read_entity(active, entity)
                             errors.append(None)
                         except P4RuntimeError as error:
                             errors.append(error)
+                            continue
                         except Exception as error:  # spec §13.3: INTERNAL for that request
                             log.exception("internal error reading an entity")
                             errors.append(internal(error))
+                            continue
+                        reply_bytes += sum(len(item) for item in found)
+                        if reply_bytes > MAX_READ_REPLY_BYTES:
+                            raise P4RuntimeError(
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"the reply would exceed {MAX_READ_REPLY_BYTES >> 20} MiB "
+                                f"by entity {len(errors) - 1} of {len(request.entities)}: "
+                                "read fewer entities per request",
+                            )
+                        results.extend(found)
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         for start in range(0, len(results), READ_CHUNK_ENTITIES):
@@ -206,6 +262,21 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         Arbitration changes on other streams must reach this client while it is silent,
         hence the outbox rather than answering request by request.
         """
+        if not self._stream_slots.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many open streams (limit {MAX_STREAMS}); close one and try again",
+            )
+        try:
+            yield from self._serve_stream(request_iterator, context)
+        finally:
+            self._stream_slots.release()
+
+    def _serve_stream(
+        self,
+        request_iterator: Iterator[p4runtime_pb2.StreamMessageRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
         stream = ClientStream(peer=context.peer())
 
         def on_rpc_done() -> None:
@@ -220,9 +291,22 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
             daemon=True,
         )
         reader.start()
+        arbitrate_by_s = time.monotonic() + self.arbitration_timeout_s
         try:
             while True:
-                item = stream.receive()
+                wait_s = None
+                if stream.role is None:
+                    wait_s = max(0.0, arbitrate_by_s - time.monotonic())
+                item = stream.receive(wait_s)
+                if item is None:
+                    if stream.role is None:
+                        context.abort(
+                            grpc.StatusCode.FAILED_PRECONDITION,
+                            "no MasterArbitrationUpdate within "
+                            f"{self.arbitration_timeout_s:g} s of opening the stream: "
+                            "a client arbitrates first",
+                        )
+                    continue
                 if isinstance(item, StreamClosed):
                     if item.error is not None:
                         context.abort(item.error.code, item.error.message)
@@ -241,6 +325,9 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     self.arbitrator.remove(stream)
                     stream.send(StreamClosed(error))
                     return
+        except DecodeError as error:
+            self.arbitrator.remove(stream)
+            stream.send(StreamClosed(invalid(f"a StreamMessageRequest cannot be parsed: {error}")))
         except grpc.RpcError as error:
             # The client went away; the RPC-done callback cleans up. grpc's error sits in
             # a reference cycle: its traceback must not keep this frame and stream alive.
@@ -300,8 +387,48 @@ def _roll_back(
     return outcome
 
 
+def _parsed(
+    message_type: type[_Request], method: Callable[[_Request, grpc.ServicerContext], object]
+) -> Callable[[bytes, grpc.ServicerContext], object]:
+    """``method`` taking a request's raw bytes: bytes that are no ``message_type`` get
+    INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL and log a traceback)."""
+
+    def handler(data: bytes, context: grpc.ServicerContext) -> object:
+        try:
+            request = parse_message(message_type, data)
+        except DecodeError as error:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                shorten(
+                    f"the {message_type.DESCRIPTOR.name} cannot be parsed: {error}", MESSAGE_LIMIT
+                ),
+            )
+        return method(request, context)
+
+    return handler
+
+
+def _parsed_stream(
+    method: Callable[
+        [Iterator[p4runtime_pb2.StreamMessageRequest], grpc.ServicerContext],
+        Iterator[p4runtime_pb2.StreamMessageResponse],
+    ],
+) -> Callable[[Iterator[bytes], grpc.ServicerContext], object]:
+    """``method`` taking the stream's raw messages; one that does not parse raises
+    DecodeError in the stream's reader, which ends the stream with INVALID_ARGUMENT."""
+
+    def handler(
+        data: Iterator[bytes], context: grpc.ServicerContext
+    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
+        requests = (parse_message(p4runtime_pb2.StreamMessageRequest, item) for item in data)
+        return method(requests, context)
+
+    return handler
+
+
 def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
-    """Register the P4Runtime service; Write takes and Read sends raw wire bytes."""
+    """Register the P4Runtime service: requests arrive as raw bytes (Write splits its
+    own, the rest are parsed by :func:`_parsed`); Read sends raw wire bytes."""
     pb = p4runtime_pb2
     handlers = {
         "Write": grpc.unary_unary_rpc_method_handler(
@@ -310,28 +437,28 @@ def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
             response_serializer=pb.WriteResponse.SerializeToString,
         ),
         "Read": grpc.unary_stream_rpc_method_handler(
-            servicer.Read,
-            request_deserializer=pb.ReadRequest.FromString,
+            _parsed(pb.ReadRequest, servicer.Read),
+            request_deserializer=None,
             response_serializer=None,
         ),
         "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
-            servicer.SetForwardingPipelineConfig,
-            request_deserializer=pb.SetForwardingPipelineConfigRequest.FromString,
+            _parsed(pb.SetForwardingPipelineConfigRequest, servicer.SetForwardingPipelineConfig),
+            request_deserializer=None,
             response_serializer=pb.SetForwardingPipelineConfigResponse.SerializeToString,
         ),
         "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
-            servicer.GetForwardingPipelineConfig,
-            request_deserializer=pb.GetForwardingPipelineConfigRequest.FromString,
+            _parsed(pb.GetForwardingPipelineConfigRequest, servicer.GetForwardingPipelineConfig),
+            request_deserializer=None,
             response_serializer=pb.GetForwardingPipelineConfigResponse.SerializeToString,
         ),
         "StreamChannel": grpc.stream_stream_rpc_method_handler(
-            servicer.StreamChannel,
-            request_deserializer=pb.StreamMessageRequest.FromString,
+            _parsed_stream(servicer.StreamChannel),
+            request_deserializer=None,
             response_serializer=pb.StreamMessageResponse.SerializeToString,
         ),
         "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities,
-            request_deserializer=pb.CapabilitiesRequest.FromString,
+            _parsed(pb.CapabilitiesRequest, servicer.Capabilities),
+            request_deserializer=None,
             response_serializer=pb.CapabilitiesResponse.SerializeToString,
         ),
     }

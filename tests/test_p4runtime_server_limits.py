@@ -1,0 +1,237 @@
+"""Hostile and careless clients of the embedded P4Runtime server: idle streams, slow
+readers, huge replies and bytes that are no message. Each gets a clear status, and the
+primary controller keeps writing throughout."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from test_p4runtime_server_support import (
+    CLASS_TABLE,
+    LPM_TABLE,
+    SET_CLASS,
+    SET_EGRESS,
+    StreamSession,
+    program_under_test,
+)
+
+from softswitch.p4rt import service
+from softswitch.p4runtime_server import P4RuntimeServer
+from softswitch.switch import Switch
+
+DEVICE_ID = 5
+ELECTION = (0, 7)
+Update = p4runtime_pb2.Update
+
+
+@dataclass
+class Served:
+    server: P4RuntimeServer
+    stub: p4runtime_pb2_grpc.P4RuntimeStub
+    primary: StreamSession
+    others: list[StreamSession]
+    channels: list[grpc.Channel]
+
+    def channel(self) -> grpc.Channel:
+        """A connection of its own (a client apart from the primary's)."""
+        channel = grpc.insecure_channel(
+            self.server.addr, options=[("grpc.max_receive_message_length", 1 << 30)]
+        )
+        self.channels.append(channel)
+        return channel
+
+    def session(self) -> StreamSession:
+        session = StreamSession(p4runtime_pb2_grpc.P4RuntimeStub(self.channel()))
+        self.others.append(session)
+        return session
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    """A server running the test program, its primary client arbitrated."""
+    switch = Switch()
+    switch.load_pipeline(program_under_test())
+    server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
+    server.servicer.arbitration_timeout_s = 1.0
+    server.start()
+    channel = grpc.insecure_channel(server.addr)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    primary = StreamSession(stub)
+    primary.arbitrate(DEVICE_ID, ELECTION)
+    assert primary.next().arbitration.status.code == code_pb2.OK
+    state = Served(server, stub, primary, [], [])
+    try:
+        yield state
+    finally:
+        for session in state.others:
+            session.outgoing.put(None)
+        for other in state.channels:
+            other.close()
+        primary.close()
+        channel.close()
+        server.stop(0)
+        switch.close()
+
+
+def class_update(stage: int) -> p4runtime_pb2.Update:
+    update = p4runtime_pb2.Update(type=Update.INSERT)
+    entry = update.entity.table_entry
+    entry.table_id = CLASS_TABLE
+    entry.match.add(field_id=1).exact.value = b"\x01"
+    entry.match.add(field_id=2).exact.value = bytes([stage])
+    entry.action.action.action_id = SET_CLASS
+    entry.action.action.params.add(param_id=1, value=b"\x01")
+    return update
+
+
+def lpm_update(third_octet: int) -> p4runtime_pb2.Update:
+    update = p4runtime_pb2.Update(type=Update.INSERT)
+    entry = update.entity.table_entry
+    entry.table_id = LPM_TABLE
+    match = entry.match.add(field_id=1)
+    match.lpm.value, match.lpm.prefix_len = bytes([10, third_octet, 0, 0]), 16
+    entry.action.action.action_id = SET_EGRESS
+    entry.action.action.params.add(param_id=1, value=b"\x01")
+    return update
+
+
+def write(served: Served, *updates: p4runtime_pb2.Update) -> None:
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID, updates=updates)
+    request.election_id.high, request.election_id.low = ELECTION
+    served.stub.Write(request, timeout=5)
+
+
+def wildcard_read(count: int) -> p4runtime_pb2.ReadRequest:
+    """``count`` copies of "every entry of the LPM table"."""
+    entity = p4runtime_pb2.Entity()
+    entity.table_entry.table_id = LPM_TABLE
+    return p4runtime_pb2.ReadRequest(device_id=DEVICE_ID, entities=[entity] * count)
+
+
+def final_error(session: StreamSession, timeout_s: float = 5.0) -> grpc.RpcError:
+    assert session.done.wait(timeout_s), "the stream was not ended"
+    assert session.final_error is not None
+    return session.final_error
+
+
+def test_a_stream_past_the_limit_is_refused_and_the_primary_keeps_writing(
+    served: Served,
+) -> None:
+    idle = [served.session() for _ in range(service.MAX_STREAMS - 1)]  # the primary has one
+    time.sleep(0.2)
+    assert not any(session.done.is_set() for session in idle)
+    extra = served.session()
+    error = final_error(extra, 2.0)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"limit {service.MAX_STREAMS}" in (error.details() or "")
+    write(served, class_update(1))
+    served.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=2)
+    # A slot that frees is taken again.
+    idle[0].outgoing.put(None)
+    assert idle[0].done.wait(5.0)
+    again = served.session()
+    again.arbitrate(DEVICE_ID, (0, 3))
+    assert again.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+
+
+def test_a_stream_that_does_not_arbitrate_in_time_is_ended_and_frees_its_slot(
+    served: Served,
+) -> None:
+    silent = served.session()
+    backup = served.session()
+    backup.arbitrate(DEVICE_ID, (0, 2))
+    assert backup.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+    error = final_error(silent)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "MasterArbitrationUpdate" in (error.details() or "")
+    # Streams that did arbitrate stay, past the same time.
+    time.sleep(0.5)
+    assert not backup.done.is_set() and not served.primary.done.is_set()
+    write(served, class_update(2))
+    # Every slot but the primary's and the backup's can be opened again.
+    rest = [served.session() for _ in range(service.MAX_STREAMS - 2)]
+    time.sleep(0.2)
+    assert not any(session.done.is_set() for session in rest)
+
+
+def test_slow_readers_cannot_take_every_thread(served: Served) -> None:
+    """A client that starts a large Read and does not take the reply holds a server
+    thread; past MAX_READS such Reads are refused, and Writes still get through."""
+    write(served, *(lpm_update(i) for i in range(16)))
+    request = wildcard_read(8000)  # 128,000 entries: more than the transport buffers
+    held: list[Iterator[p4runtime_pb2.ReadResponse]] = []
+    refused = 0
+    for _ in range(service.MAX_READS + 4):
+        replies = p4runtime_pb2_grpc.P4RuntimeStub(served.channel()).Read(request, timeout=60)
+        try:
+            next(replies)  # the first reply only; the rest waits in the server
+            held.append(replies)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "too many Reads" in (error.details() or "")
+            refused += 1
+    assert refused >= 4
+    write(served, class_update(3))
+    for replies in held:
+        replies.cancel()  # type: ignore[attr-defined]
+
+
+def test_a_read_whose_reply_is_too_large_is_refused_whole(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(served, *(lpm_update(i) for i in range(16)))
+    one_table_bytes = sum(
+        reply.ByteSize() for reply in served.stub.Read(wildcard_read(1), timeout=5)
+    )
+    monkeypatch.setattr(service, "MAX_READ_REPLY_BYTES", 3 * one_table_bytes)
+    entities = [e for reply in served.stub.Read(wildcard_read(3)) for e in reply.entities]
+    assert len(entities) == 48
+    with pytest.raises(grpc.RpcError) as caught:
+        list(served.stub.Read(wildcard_read(4), timeout=5))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "entity 3 of 4" in (caught.value.details() or "")
+    write(served, class_update(4))
+
+
+NESTED = b"\x0b" * 100_000 + b"\x0c" * 100_000
+TRUNCATED = b"\x0a\x05\x01"
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["Read", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig", "Capabilities"],
+)
+@pytest.mark.parametrize("data", [NESTED, TRUNCATED], ids=["nested", "truncated"])
+def test_a_request_that_does_not_parse_is_invalid_argument(
+    served: Served, method: str, data: bytes
+) -> None:
+    channel = served.channel()
+    if method == "Read":
+        call = channel.unary_stream(f"/p4.v1.P4Runtime/{method}")
+        with pytest.raises(grpc.RpcError) as caught:
+            list(call(data, timeout=10))
+    else:
+        with pytest.raises(grpc.RpcError) as caught:
+            channel.unary_unary(f"/p4.v1.P4Runtime/{method}")(data, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot be parsed" in (caught.value.details() or "")
+    write(served, class_update(5))
+
+
+@pytest.mark.parametrize("data", [NESTED, TRUNCATED], ids=["nested", "truncated"])
+def test_a_stream_message_that_does_not_parse_ends_only_its_stream(
+    served: Served, data: bytes
+) -> None:
+    call = served.channel().stream_stream("/p4.v1.P4Runtime/StreamChannel")
+    with pytest.raises(grpc.RpcError) as caught:
+        list(call(iter([data]), timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "StreamMessageRequest cannot be parsed" in (caught.value.details() or "")
+    assert not served.primary.done.is_set()
+    write(served, class_update(6))
