@@ -15,13 +15,15 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from test_p4runtime_server_support import (
     CLASS_TABLE,
     LPM_TABLE,
+    SCRATCH,
     SET_CLASS,
     SET_EGRESS,
+    STAGE_BYTES,
     StreamSession,
     program_under_test,
 )
 
-from softswitch.p4rt import service
+from softswitch.p4rt import reads, service
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
@@ -189,13 +191,63 @@ def test_a_read_whose_reply_is_too_large_is_refused_whole(
     one_table_bytes = sum(
         reply.ByteSize() for reply in served.stub.Read(wildcard_read(1), timeout=5)
     )
-    monkeypatch.setattr(service, "MAX_READ_REPLY_BYTES", 3 * one_table_bytes)
+    monkeypatch.setattr(reads, "MAX_READ_REPLY_BYTES", 3 * one_table_bytes)
     entities = [e for reply in served.stub.Read(wildcard_read(3)) for e in reply.entities]
     assert len(entities) == 48
     with pytest.raises(grpc.RpcError) as caught:
         list(served.stub.Read(wildcard_read(4), timeout=5))
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "entity 3 of 4" in (caught.value.details() or "")
+    write(served, class_update(4))
+
+
+def test_a_read_of_more_entities_than_allowed_is_refused_before_they_are_built(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registers, counters and direct counters are checked against the budget before
+    their cells are built (a wildcard over a large register would fill the memory)."""
+    write(served, *(lpm_update(i) for i in range(16)))
+    register = p4runtime_pb2.Entity()
+    register.register_entry.register_id = SCRATCH  # 4 cells
+    counter = p4runtime_pb2.Entity()
+    counter.counter_entry.counter_id = STAGE_BYTES  # 8 cells
+    direct = p4runtime_pb2.Entity()
+    direct.direct_counter_entry.table_entry.table_id = CLASS_TABLE
+    write(served, class_update(1), class_update(2), class_update(3))  # 3 direct counters
+    built: list[int] = []
+    original = reads.encode.register_entry_entity
+
+    def counting(register_id: int, index: int, value: int) -> bytes:
+        built.append(index)
+        return original(register_id, index, value)
+
+    monkeypatch.setattr(reads.encode, "register_entry_entity", counting)
+    monkeypatch.setattr(reads, "MAX_READ_ENTITIES", 10)
+    for entities, allowed in (
+        ([register, register], True),  # 8
+        ([register, register, register], False),  # 12
+        ([counter, register], False),
+        ([counter], True),
+        ([direct, counter], False),
+        ([direct, register], True),  # 7
+        ([register, wildcard_read(1).entities[0]], False),  # 4 + 16
+    ):
+        request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID, entities=entities)
+        built.clear()
+        if allowed:
+            replies = served.stub.Read(request, timeout=5)
+            assert sum(len(reply.entities) for reply in replies) <= 10
+            continue
+        with pytest.raises(grpc.RpcError) as caught:
+            list(served.stub.Read(request, timeout=5))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "exceed 10 entities" in (caught.value.details() or "")
+        assert len(built) <= 8, "cells were built past the budget"
+    # Cells read by index count one each.
+    register.register_entry.index.index = 3
+    request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID, entities=[register] * 10)
+    cells = [entity for reply in served.stub.Read(request) for entity in reply.entities]
+    assert [cell.register_entry.index.index for cell in cells] == [3] * 10
     write(served, class_update(4))
 
 

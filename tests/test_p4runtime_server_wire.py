@@ -237,6 +237,42 @@ def test_fast_encoder_writes_what_protobuf_writes(
     assert list(reply.entities) == [reference, reference]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    counter_id=uint32,
+    index=st.integers(min_value=0, max_value=2**40),
+    counts=st.tuples(st.integers(0, 2**62), st.integers(0, 2**40)),
+)
+def test_fast_counter_entries_are_what_protobuf_writes(
+    counter_id: int, index: int, counts: tuple[int, int]
+) -> None:
+    fast = encode.counter_entry_entity(counter_id, index, CounterData(*counts))
+    reference = p4runtime_pb2.Entity()
+    out = reference.counter_entry
+    out.counter_id = counter_id
+    out.index.index = index
+    out.data.byte_count, out.data.packet_count = counts
+    assert fast == reference.SerializeToString()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    register_id=uint32,
+    index=st.integers(min_value=0, max_value=2**40),
+    value=st.integers(min_value=0, max_value=2**2048 - 1),
+)
+def test_fast_register_entries_are_what_protobuf_writes(
+    register_id: int, index: int, value: int
+) -> None:
+    fast = encode.register_entry_entity(register_id, index, value)
+    reference = p4runtime_pb2.Entity()
+    out = reference.register_entry
+    out.register_id = register_id
+    out.index.index = index
+    out.data.bitstring = canonical(value)
+    assert fast == reference.SerializeToString()
+
+
 # ----------------------------------------------------------------------------- malformed input
 
 

@@ -6,13 +6,14 @@ The caller holds the runtime lock, so one request sees one consistent state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+import grpc
 from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt import encode
-from softswitch.p4rt.bytestrings import encode_unsigned
 from softswitch.p4rt.entries import (
     array_index,
     key_to_proto,
@@ -21,32 +22,80 @@ from softswitch.p4rt.entries import (
 )
 from softswitch.p4rt.p4info_index import TableInfo
 from softswitch.p4rt.pipeline_config import ActivePipeline
-from softswitch.p4rt.status import invalid, not_found, unimplemented
+from softswitch.p4rt.status import P4RuntimeError, invalid, not_found, unimplemented
 from softswitch.p4rt.wire import table_entry_data
 from softswitch.runtime import CounterData, TableState
 from softswitch.runtime import TableEntry as RuntimeEntry
 
 Entity: TypeAlias = p4runtime_pb2.Entity
 
+# What one Read may reply with. A request of many wildcards over large tables, registers
+# or counters is refused rather than built in memory while the switch's state is locked
+# (a million table entries take about 7 s to encode here).
+MAX_READ_ENTITIES = 1 << 20
+MAX_READ_REPLY_BYTES = 128 << 20
 
-def read_entity(active: ActivePipeline, entity: p4runtime_pb2.Entity) -> list[bytes]:
-    """Every entity ``entity`` selects, serialised; raises P4RuntimeError for a bad request.
 
-    Table entries are encoded straight to wire bytes (``encode``); the rest via protobuf.
+class ReplyTooLarge(P4RuntimeError):
+    """The reply of one Read would pass its budget."""
+
+    def __init__(self, max_entities: int, max_bytes: int) -> None:
+        super().__init__(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the reply would exceed {max_entities} entities or {max_bytes} bytes",
+        )
+
+
+def _max_entities() -> int:
+    return MAX_READ_ENTITIES
+
+
+def _max_bytes() -> int:
+    return MAX_READ_REPLY_BYTES
+
+
+@dataclass(slots=True)
+class ReplyBudget:
+    """What one Read's reply may hold; going past it raises :class:`ReplyTooLarge`."""
+
+    max_entities: int = field(default_factory=_max_entities)
+    max_bytes: int = field(default_factory=_max_bytes)
+    entities: int = 0
+    size_bytes: int = 0
+
+    def reserve(self, count: int) -> None:
+        """Refuse before building ``count`` more entities that could not all fit."""
+        if self.entities + count > self.max_entities:
+            raise ReplyTooLarge(self.max_entities, self.max_bytes)
+
+    def take(self, item: bytes) -> bytes:
+        self.entities += 1
+        self.size_bytes += len(item)
+        if self.entities > self.max_entities or self.size_bytes > self.max_bytes:
+            raise ReplyTooLarge(self.max_entities, self.max_bytes)
+        return item
+
+
+def read_entity(
+    active: ActivePipeline, entity: p4runtime_pb2.Entity, budget: ReplyBudget | None = None
+) -> list[bytes]:
+    """Every entity ``entity`` selects, serialised; raises P4RuntimeError for a bad request
+    and :class:`ReplyTooLarge` once ``budget`` is spent.
+
+    Table, counter and register entries are encoded straight to wire bytes (``encode``);
+    direct counter entries via protobuf.
     """
+    budget = budget if budget is not None else ReplyBudget()
     kind = entity.WhichOneof("entity")
     if kind == "table_entry":
-        return _read_table_entries(active, entity.table_entry)
+        return _read_table_entries(active, entity.table_entry, budget)
     if kind == "counter_entry":
-        found = _read_counter_entries(active, entity.counter_entry)
-    elif kind == "direct_counter_entry":
-        found = _read_direct_counter_entries(active, entity.direct_counter_entry)
-    elif kind == "register_entry":
-        found = _read_register_entries(active, entity.register_entry)
-    else:
-        found = None
-    if found is not None:
-        return [message.SerializeToString() for message in found]
+        return _read_counter_entries(active, entity.counter_entry, budget)
+    if kind == "register_entry":
+        return _read_register_entries(active, entity.register_entry, budget)
+    if kind == "direct_counter_entry":
+        found = _read_direct_counter_entries(active, entity.direct_counter_entry, budget)
+        return [budget.take(message.SerializeToString()) for message in found]
     if kind is None:
         raise invalid("the entity to read is not set (wildcards need a typed entity)")
     raise unimplemented(f"{kind} is not supported by this target")
@@ -111,7 +160,9 @@ def _selected_entries(
         yield entry
 
 
-def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntry) -> list[bytes]:
+def _read_table_entries(
+    active: ActivePipeline, request: p4runtime_pb2.TableEntry, budget: ReplyBudget
+) -> list[bytes]:
     with_counter = request.HasField("counter_data")
     if request.table_id == 0:
         if len(request.match) or request.is_default_action or request.HasField("action"):
@@ -125,40 +176,37 @@ def _read_table_entries(active: ActivePipeline, request: p4runtime_pb2.TableEntr
         if request.is_default_action:
             if len(request.match) or request.priority:
                 raise invalid("the default entry takes no match and no priority")
-            results.append(_default_bytes(active, table, state, with_counter))
+            results.append(budget.take(_default_bytes(active, table, state, with_counter)))
             continue
         for entry in _selected_entries(table, state, request):
-            results.append(_entry_bytes(active, table, entry, with_counter))
+            results.append(budget.take(_entry_bytes(active, table, entry, with_counter)))
     return results
 
 
 def _read_counter_entries(
-    active: ActivePipeline, request: p4runtime_pb2.CounterEntry
-) -> list[Entity]:
+    active: ActivePipeline, request: p4runtime_pb2.CounterEntry, budget: ReplyBudget
+) -> list[bytes]:
     if request.counter_id == 0:
         counter_ids = list(active.index.counters)
     elif request.counter_id in active.index.counters:
         counter_ids = [request.counter_id]
     else:
         raise invalid(f"unknown counter id {request.counter_id}")
-    results: list[Entity] = []
+    results: list[bytes] = []
     for counter_id in counter_ids:
         state = active.runtime.counter(counter_id)
         indexes = requested_indexes(
             request, request.counter_id, state.size, f"counter '{state.name}'"
         )
+        budget.reserve(len(indexes))
         for index in indexes:
-            result = Entity()
-            out = result.counter_entry
-            out.counter_id = counter_id
-            out.index.index = index
-            _counter_proto(state.cells[index], out.data)
-            results.append(result)
+            entity = encode.counter_entry_entity(counter_id, index, state.cells[index])
+            results.append(budget.take(entity))
     return results
 
 
 def _read_direct_counter_entries(
-    active: ActivePipeline, request: p4runtime_pb2.DirectCounterEntry
+    active: ActivePipeline, request: p4runtime_pb2.DirectCounterEntry, budget: ReplyBudget
 ) -> list[Entity]:
     selector = request.table_entry
     if selector.table_id == 0:
@@ -188,6 +236,7 @@ def _read_direct_counter_entries(
             entries: Iterable[RuntimeEntry] = [found]
         else:
             entries = state.entries.values()
+            budget.reserve(len(state.entries))
         for entry in entries:
             result = Entity()
             key_to_proto(
@@ -202,8 +251,8 @@ def _read_direct_counter_entries(
 
 
 def _read_register_entries(
-    active: ActivePipeline, request: p4runtime_pb2.RegisterEntry
-) -> list[Entity]:
+    active: ActivePipeline, request: p4runtime_pb2.RegisterEntry, budget: ReplyBudget
+) -> list[bytes]:
     runtime = active.runtime
     if request.register_id == 0:
         register_ids = list(runtime.registers)
@@ -211,24 +260,21 @@ def _read_register_entries(
         register_ids = [request.register_id]
     else:
         raise invalid(f"unknown register id {request.register_id}")
-    results: list[Entity] = []
+    results: list[bytes] = []
     for register_id in register_ids:
         state = runtime.register(register_id)
         indexes = requested_indexes(
             request, request.register_id, state.size, f"register '{state.name}'"
         )
+        budget.reserve(len(indexes))
         for index in indexes:
-            result = Entity()
-            out = result.register_entry
-            out.register_id = register_id
-            out.index.index = index
-            out.data.bitstring = encode_unsigned(state.cells[index])
-            results.append(result)
+            entity = encode.register_entry_entity(register_id, index, state.cells[index])
+            results.append(budget.take(entity))
     return results
 
 
-def requested_indexes(request: Any, entity_id: int, size: int, what: str) -> list[int]:
+def requested_indexes(request: Any, entity_id: int, size: int, what: str) -> Sequence[int]:
     """The one index a read of one counter or register names, else all of them."""
     if entity_id and request.HasField("index"):
         return [array_index(size, request.index.index, what)]
-    return list(range(size))
+    return range(size)

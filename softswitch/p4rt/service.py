@@ -25,7 +25,7 @@ from softswitch.p4rt.arbitration import (
     election_id_value,
 )
 from softswitch.p4rt.pipeline_config import PipelineConfigs, PipelineHost
-from softswitch.p4rt.reads import read_entity
+from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.status import (
     MESSAGE_LIMIT,
     P4RuntimeError,
@@ -60,10 +60,6 @@ ARBITRATION_TIMEOUT_S = 10.0
 # Reads served at once. A client that takes its reply slowly holds a thread until it has
 # it all; past this a Read is refused, so that Writes always find a thread.
 MAX_READS = 4
-
-# What one Read may reply with: a request of many wildcards over large tables is refused
-# rather than built in memory.
-MAX_READ_REPLY_BYTES = 128 << 20
 
 _Request = TypeVar("_Request", bound=Message)
 
@@ -169,33 +165,28 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     ) -> Iterator[bytes]:
         results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
-        reply_bytes = 0
+        budget = ReplyBudget()
         try:
             if request.device_id != self.device_id:
                 raise not_found(f"unknown device id {request.device_id}")
             with self.state_lock:
                 active = self.configs.active()
                 with active.runtime.lock:
-                    for entity in request.entities:
+                    for number, entity in enumerate(request.entities):
                         try:
-                            found = read_entity(active, entity)
+                            results.extend(read_entity(active, entity, budget))
                             errors.append(None)
+                        except ReplyTooLarge as error:
+                            raise P4RuntimeError(
+                                error.code,
+                                f"{error.message} at entity {number} of "
+                                f"{len(request.entities)}: read fewer entities per request",
+                            ) from None
                         except P4RuntimeError as error:
                             errors.append(error)
-                            continue
                         except Exception as error:  # spec §13.3: INTERNAL for that request
                             log.exception("internal error reading an entity")
                             errors.append(internal(error))
-                            continue
-                        reply_bytes += sum(len(item) for item in found)
-                        if reply_bytes > MAX_READ_REPLY_BYTES:
-                            raise P4RuntimeError(
-                                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"the reply would exceed {MAX_READ_REPLY_BYTES >> 20} MiB "
-                                f"by entity {len(errors) - 1} of {len(request.entities)}: "
-                                "read fewer entities per request",
-                            )
-                        results.extend(found)
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         for start in range(0, len(results), READ_CHUNK_ENTITIES):
