@@ -25,6 +25,15 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 DEFAULT_TIMEOUT_S = 10.0
 
+# A failed batch reports one p4.v1.Error per update in its trailer, about 60 bytes each:
+# gRPC's default limit (16 KiB) would hide the errors of any batch of 300 failed
+# updates behind a transport error. The spec's advice is to raise it on the client.
+MAX_METADATA_BYTES = 64 << 20
+CHANNEL_OPTIONS = (
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
+)
+
 # --- canonical byte strings (P4Runtime spec §8.4) -----------------------------------------
 
 
@@ -380,7 +389,7 @@ class P4RuntimeClient:
         ``arbitrate=False`` opens no stream: enough for reads, which need no election.
         Raises :class:`ConnectionLostError` when the server is not reachable in time.
         """
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(channel).result(timeout=self.connect_timeout_s)
         except grpc.FutureTimeoutError:

@@ -23,6 +23,7 @@ from test_p4runtime_server_support import (
     program_under_test,
 )
 
+from control.p4runtime_client import P4RuntimeClient, WriteError
 from softswitch.p4rt import reads, service
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
@@ -287,3 +288,27 @@ def test_a_stream_message_that_does_not_parse_ends_only_its_stream(
     assert "StreamMessageRequest cannot be parsed" in (caught.value.details() or "")
     assert not served.primary.done.is_set()
     write(served, class_update(6))
+
+
+def test_the_projects_client_sees_every_error_of_a_large_failed_batch(served: Served) -> None:
+    """One p4.v1.Error per update rides in the trailer: 2,000 of them are over 100 KB,
+    past gRPC's default limit of 16 KiB, which a default channel turns into a transport
+    error. The project's client raises the limit, as the P4Runtime spec advises."""
+    updates = [lpm_update(i % 256) for i in range(2000)]
+    for update in updates:
+        update.entity.table_entry.table_id = 123  # no such table
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID, updates=updates)
+    request.election_id.high, request.election_id.low = ELECTION
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.Write(request, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # a default channel
+    client = P4RuntimeClient(served.server.addr, DEVICE_ID, election_id=100)
+    try:
+        assert client.connect()
+        with pytest.raises(WriteError) as failed:
+            client.write(updates)
+    finally:
+        client.close()
+    assert failed.value.code == grpc.StatusCode.UNKNOWN
+    assert [error.index for error in failed.value.errors] == list(range(2000))
+    assert {error.code for error in failed.value.errors} == {grpc.StatusCode.INVALID_ARGUMENT}
