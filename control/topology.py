@@ -25,6 +25,7 @@ import networkx as nx
 
 from control.errors import UserError
 from control.files import read_json
+from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
 
 MAX_PORT = 510
 """Highest usable v1model port: ports are 9 bits and 511 means drop."""
@@ -435,6 +436,12 @@ class _Parser:
                 ):
                     raise self.fail(
                         f"{field}.rate_mbps", f"expected a positive number, got {rate_value!r}"
+                    )
+                if not MIN_LINK_BPS <= rate_value * 1e6 <= MAX_LINK_BPS:
+                    raise self.fail(
+                        f"{field}.rate_mbps",
+                        f"{rate_value!r} is out of range {MIN_LINK_BPS / 1e6:g}.."
+                        f"{MAX_LINK_BPS / 1e6:g} (Mbit/s)",
                     )
                 rate = float(rate_value)
             specs.append(LinkSpec(ends[0], ends[1], rate))

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from control.errors import UserError
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
-from softswitch.traffic_manager import DEFAULT_PRIORITY_QUEUES, DEFAULT_QUEUE_DEPTH_PACKETS
+from softswitch.traffic_manager import (
+    DEFAULT_PRIORITY_QUEUES,
+    DEFAULT_QUEUE_DEPTH_PACKETS,
+    RATE_BPS_RANGE,
+    RATE_PPS_RANGE,
+)
 
 if TYPE_CHECKING:
     from softswitch.frontend import CompiledProgram
@@ -70,13 +75,13 @@ def register(subparsers: Any) -> None:
     rate = parser.add_mutually_exclusive_group()
     rate.add_argument(
         "--queue-rate-pps",
-        type=_positive_float(),
+        type=_float_in(*RATE_PPS_RANGE),
         metavar="R",
         help="line rate of every port in packets/s (default: unlimited)",
     )
     rate.add_argument(
         "--queue-rate-bps",
-        type=_positive_float(),
+        type=_float_in(*RATE_BPS_RANGE),
         metavar="R",
         help="line rate of every port in bits/s (default: unlimited)",
     )
@@ -121,14 +126,14 @@ def _int_in(low: int, high: int) -> Any:
     return parse
 
 
-def _positive_float() -> Any:
+def _float_in(low: float, high: float) -> Any:
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a number in {low:g}..{high:g}, got {text}")
         return value
 
     return parse

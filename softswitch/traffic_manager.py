@@ -38,6 +38,13 @@ DEFAULT_QUEUE_DEPTH_PACKETS = 64
 """simple_switch's default egress queue capacity."""
 
 
+RATE_PPS_RANGE = (1e-3, 1e12)
+"""Packets per second a port or queue may be shaped at: below, one packet would hold a
+port for hours; above, shaping means nothing to a software switch."""
+RATE_BPS_RANGE = (1e3, 1e15)
+"""Bits per second, likewise (the workloads' and topologies' link rates)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """A shaping rate; ``None`` in both fields means unlimited."""
@@ -46,9 +53,12 @@ class Rate:
     bps: float | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("rate_pps", self.pps), ("rate_bps", self.bps)):
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        for name, value, (low, high) in (
+            ("rate_pps", self.pps, RATE_PPS_RANGE),
+            ("rate_bps", self.bps, RATE_BPS_RANGE),
+        ):
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{name} must be a number in {low:g}..{high:g}, got {value!r}")
 
     @property
     def unlimited(self) -> bool:

@@ -251,6 +251,14 @@ def _mutated(mutate: Any) -> dict[str, Any]:
         ),
         (lambda r: r["links"][0].update(port1=3), r"links\[0\]\.port1: h1 is a host"),
         (lambda r: r["links"][1].update(rate_mbps=0), r"links\[1\]\.rate_mbps: expected a pos"),
+        (
+            lambda r: r["links"][1].update(rate_mbps=1e-300),
+            r"links\[1\]\.rate_mbps: 1e-300 is out of range 0\.001\.\.1e\+09 \(Mbit/s\)",
+        ),
+        (
+            lambda r: r["links"][1].update(rate_mbps=1e300),
+            r"links\[1\]\.rate_mbps: 1e\+300 is out of range",
+        ),
         (lambda r: r["links"][1].update(node2="s1", port2=2), r"links\[1\]: links s1 to itself"),
         (
             lambda r: r["links"].append({"node1": "h1", "node2": "s3", "port2": 9}),

@@ -187,8 +187,10 @@ def test_rate_and_depth_apply_to_future_ports_too() -> None:
         (lambda m: m.set_rate(Rate(pps=1), port=9), "no port 9"),
         (lambda m: m.set_rate(Rate(pps=1), priority=8), "priority 8 out of range"),
         (lambda m: m.set_depth(0), "at least 1 packet"),
-        (lambda m: Rate(pps=-1), "rate_pps must be a positive"),
-        (lambda m: Rate(bps=math.nan), "rate_bps must be a positive"),
+        (lambda m: Rate(pps=-1), "rate_pps must be a number in 0.001..1e"),
+        (lambda m: Rate(bps=math.nan), "rate_bps must be a number in 1000..1e"),
+        (lambda m: Rate(bps=1e-300), "rate_bps must be a number in"),
+        (lambda m: Rate(pps=math.inf), "rate_pps must be a number in"),
         (lambda m: TrafficManager[str](9), "between 1 and 8"),
     ],
 )
