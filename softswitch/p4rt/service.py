@@ -62,6 +62,25 @@ ARBITRATION_TIMEOUT_S = 10.0
 MAX_READS = 4
 
 _Request = TypeVar("_Request", bound=Message)
+_Reply = TypeVar("_Reply")
+
+
+class Slots:
+    """At most ``limit`` RPCs of one kind at once; one more is refused, not queued."""
+
+    def __init__(self, limit: int, what: str, advice: str) -> None:
+        self._free = threading.BoundedSemaphore(limit)
+        self._refusal = f"too many {what} (limit {limit}); {advice}"
+
+    def serve(self, context: grpc.ServicerContext, replies: Iterator[_Reply]) -> Iterator[_Reply]:
+        """``replies``, holding a slot until they end; RESOURCE_EXHAUSTED if none is free."""
+        if not self._free.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+        try:
+            yield from replies
+        finally:
+            self._free.release()
+
 
 WriteRequest = p4runtime_pb2.WriteRequest
 
@@ -86,8 +105,8 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.configs = PipelineConfigs(switch)
         self.state_lock = threading.Lock()
         self.arbitration_timeout_s = arbitration_timeout_s
-        self._stream_slots = threading.BoundedSemaphore(MAX_STREAMS)
-        self._read_slots = threading.BoundedSemaphore(MAX_READS)
+        self._stream_slots = Slots(MAX_STREAMS, "open streams", "close one and try again")
+        self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
 
     # ------------------------------------------------------------------ Write
 
@@ -150,15 +169,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
         """Stream the selected entities; replies go out as wire bytes (see ``encode``)."""
-        if not self._read_slots.acquire(blocking=False):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many Reads in progress (limit {MAX_READS}); try again",
-            )
-        try:
-            yield from self._read(request, context)
-        finally:
-            self._read_slots.release()
+        yield from self._read_slots.serve(context, self._read(request, context))
 
     def _read(
         self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
@@ -253,15 +264,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         Arbitration changes on other streams must reach this client while it is silent,
         hence the outbox rather than answering request by request.
         """
-        if not self._stream_slots.acquire(blocking=False):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many open streams (limit {MAX_STREAMS}); close one and try again",
-            )
-        try:
-            yield from self._serve_stream(request_iterator, context)
-        finally:
-            self._stream_slots.release()
+        yield from self._stream_slots.serve(context, self._serve_stream(request_iterator, context))
 
     def _serve_stream(
         self,
