@@ -73,6 +73,7 @@ from control.journal import EventJournal
 from control.model import CoflowKey, Experiment, StageKey, TrialStage
 from control.p4runtime_client import (
     DEFAULT_ELECTION_ID,
+    ArbitrationRefusedError,
     NotPrimaryError,
     P4NameError,
     P4Names,
@@ -531,6 +532,8 @@ class _Connection:
     client: P4RuntimeClient | None
     primary: bool
     error: str | None
+    refused: bool = False
+    """The switch answered and refused the arbitration (see ``ArbitrationRefusedError``)."""
 
 
 @dataclass
@@ -970,6 +973,9 @@ class Controller(EventHandler):
         )
         try:
             primary = client.connect()
+        except ArbitrationRefusedError as error:
+            reason = error.message.removeprefix(f"{spec.grpc_addr}: ")
+            return _Connection(None, False, f"{error.code.name}: {reason}", refused=True)
         except P4RuntimeError as error:
             return _Connection(None, False, str(error))
         return _Connection(client, primary, None)
@@ -986,6 +992,18 @@ class Controller(EventHandler):
         if session.client is not None and session.client is not client:
             suppress_close_errors(session.client)
         session.client = client
+        if client is None and connection.refused:
+            # The switch is up and said no (another controller holds our election id):
+            # this controller stays off it, and asks again while it runs.
+            error = (
+                f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
+                f"{connection.error}; this controller will not write"
+            )
+            if (session.state, session.error) != ("backup", error):
+                log.error("%s: %s", spec.name, error)  # once, not at every retry
+            session.state = "backup"
+            session.error = error
+            return False
         if client is None:
             session.state = "down"
             session.error = connection.error

@@ -235,6 +235,18 @@ class ConnectionLostError(P4RuntimeError):
     """The server cannot be reached or the stream channel broke."""
 
 
+class ArbitrationRefusedError(P4RuntimeError):
+    """The server ended the stream with a status instead of taking the arbitration: the
+    election id is another live client's, the device or role is unknown, too many
+    clients are connected."""
+
+
+_TRANSPORT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+"""Codes that mean the connection went, not that the server said no."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpdateError:
     """One failed update of a batch: its position, gRPC code and message."""
@@ -380,6 +392,8 @@ class P4RuntimeClient:
         self._closing = False
         self._reader: threading.Thread | None = None
         self.stream_error: str | None = None
+        self.stream_error_code: grpc.StatusCode | None = None
+        """The status the server ended the stream with (None: it has not, or no status)."""
 
     # -- connection --
 
@@ -420,7 +434,12 @@ class P4RuntimeClient:
             )
         if self._stream_lost.is_set():
             reason = self.stream_error or "stream closed"
+            code = self.stream_error_code
             self.close()
+            if code is not None and code not in _TRANSPORT_CODES:
+                raise ArbitrationRefusedError(
+                    code, f"{self.address}: arbitration refused: {reason}"
+                )
             raise ConnectionLostError(
                 grpc.StatusCode.UNAVAILABLE, f"{self.address}: arbitration failed: {reason}"
             )
@@ -471,6 +490,7 @@ class P4RuntimeClient:
         except grpc.RpcError as error:
             details = error.details() if hasattr(error, "details") else None
             self.stream_error = details or str(error)
+            self.stream_error_code = error.code() if hasattr(error, "code") else None
         else:
             self.stream_error = self.stream_error or "stream ended by the server"
         self._stream_lost.set()

@@ -518,6 +518,29 @@ def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
     assert backup.status()["switches"][0]["state"] == "backup"
 
 
+def test_a_second_controller_with_the_same_election_id_is_refused_and_changes_nothing(
+    rig: Rig,
+) -> None:
+    primary = rig.controller(election_id=10)
+    primary.start()
+    _start_experiment(primary, 1, [100])
+    expected = rig.read_entries()
+    second = rig.controller(election_id=10)
+    second.start()
+    session = second.sessions["s1"]
+    assert session.state == "backup"
+    assert session.error is not None
+    assert "INVALID_ARGUMENT: arbitration refused: election id 10 is already used" in session.error
+    assert "this controller will not write" in session.error
+    reply = second.handle_event({"type": "experiment_released", "experiment": _plan(9, [1])})
+    assert reply["pending_switches"] == ["s1"]
+    assert rig.read_entries() == expected
+    assert primary.sessions["s1"].state == "ready"
+    # When the first leaves, the second takes the switch over at its next attempt.
+    primary.stop()
+    _wait_for(lambda: second.sessions["s1"].state == "ready", "the second controller to take over")
+
+
 def _controller_default_election_id() -> int:
     default: int = next(f.default for f in fields(ControllerConfig) if f.name == "election_id")
     return default
