@@ -175,8 +175,8 @@ def run_controller(args: argparse.Namespace) -> int:
         raise UserError(f"--election-id: {error}") from None
     if not 0 < args.events_timeout <= 3600:
         raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
-    if not args.counter_interval > 0:
-        raise UserError(f"--counter-interval: {args.counter_interval} is not a positive number")
+    if not 0 < args.counter_interval <= 3600:
+        raise UserError(f"--counter-interval: {args.counter_interval} is not in (0, 3600] seconds")
     topology = load_topology(args.topo)
     if args.events_socket:
         socket_path = args.events_socket
