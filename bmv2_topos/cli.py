@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.options import parse_seeds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
@@ -94,7 +95,7 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     if args.seed is not None:
         seeds: tuple[int, ...] = (args.seed,)
     else:
-        seeds = parse_ints("1" if args.seeds is None else args.seeds, "--seeds")
+        seeds = parse_seeds("1" if args.seeds is None else args.seeds)
     if not 1 <= args.queues <= 8:
         raise UserError(f"--queues: {args.queues} is out of range 1..8")
     if not 1 <= args.rto_min_ms <= 10_000:
@@ -102,17 +103,6 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     if args.target == "bmv2" and (args.bmv2_json is None or args.p4info is None):
         raise UserError("--target bmv2 needs --bmv2-json and --p4info (outputs of p4c)")
     return seeds
-
-
-def parse_ints(text: str, option: str) -> tuple[int, ...]:
-    """A comma-separated list of integers given to ``option`` (e.g. ``--seeds``)."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
-    if not values:
-        raise UserError(f"{option}: no value given")
-    return values
 
 
 def _names(text: str, option: str) -> tuple[str, ...]:

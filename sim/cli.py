@@ -15,6 +15,7 @@ from typing import Any
 from control.errors import UserError
 from control.files import output_directory, write_csv
 from control.model import StageKey, Workload
+from control.options import parse_seeds as seed_list
 from control.policies import POLICIES
 from control.policies.spec import policy_from_spec
 from control.quantize import STRATEGIES, Strategy
@@ -90,15 +91,7 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
         raise UserError("--seed and --seeds: give one or the other")
     if args.seeds is None:
         return [1 if args.seed is None else args.seed]
-    try:
-        seeds = [int(part) for part in args.seeds.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(
-            f"--seeds: {args.seeds!r} is not a comma-separated list of integers"
-        ) from None
-    if not seeds:
-        raise UserError("--seeds: no seed given")
-    return seeds
+    return list(seed_list(args.seeds))
 
 
 def parse_queues(text: str) -> list[int | None]:

@@ -244,7 +244,10 @@ def test_an_empty_seed_list_is_refused_not_taken_for_seed_1() -> None:
     args = argparse.Namespace(
         seed=None, seeds="", queues=8, rto_min_ms=10, target="embedded", bmv2_json=None, p4info=None
     )
-    with pytest.raises(UserError, match="--seeds: no value given"):
+    with pytest.raises(UserError, match="--seeds: no seed given"):
+        cli.network_seeds(args)
+    args.seeds = "2,3,2"
+    with pytest.raises(UserError, match="--seeds: seed 2 given more than once"):
         cli.network_seeds(args)
     args.seeds = None
     assert cli.network_seeds(args) == (1,)

@@ -114,6 +114,7 @@ def test_table_and_files_for_two_queue_modes(
         (["--queues", "ideal,x"], "--queues: 'x'"),
         (["--queues", "0"], "outside 1..64"),
         (["--seeds", "1,a"], "--seeds"),
+        (["--seeds", "1,2,1"], "--seeds: seed 1 given more than once"),
         (["--load", "-1"], "--load"),
         (["--workload", "no-such-file.json"], "no-such-file.json: no such file"),
         (["--policies", "sincronia,sincronia,beamer"], "'sincronia' given more than once"),
