@@ -497,15 +497,22 @@ def test_restarted_controller_without_journal_removes_stale_class_entries(rig: R
     assert len(installed) == 3  # forwarding kept, never duplicated
 
 
-def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
+def _primary_then_second(rig: Rig, second_id: int) -> tuple[Controller, Controller, EntryMap]:
+    """A primary at election id 10 that has written entries, then a second controller
+    with ``second_id``, which must be a backup; and what the switch held before it."""
     primary = rig.controller(election_id=10)
     primary.start()
     _start_experiment(primary, 1, [100])
     expected = rig.read_entries()
-    backup = rig.controller(election_id=5)
-    backup.start()
+    second = rig.controller(election_id=second_id)
+    second.start()
+    assert second.sessions["s1"].state == "backup"
+    return primary, second, expected
+
+
+def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
+    _, backup, expected = _primary_then_second(rig, 5)
     session = backup.sessions["s1"]
-    assert session.state == "backup"
     assert session.error is not None and "higher election id than 5" in session.error
     reply = backup.handle_event({"type": "experiment_released", "experiment": _plan(9, [1])})
     assert reply["pending_switches"] == ["s1"]
@@ -521,14 +528,8 @@ def test_lower_election_id_cannot_write_and_says_so(rig: Rig) -> None:
 def test_a_second_controller_with_the_same_election_id_is_refused_and_changes_nothing(
     rig: Rig,
 ) -> None:
-    primary = rig.controller(election_id=10)
-    primary.start()
-    _start_experiment(primary, 1, [100])
-    expected = rig.read_entries()
-    second = rig.controller(election_id=10)
-    second.start()
+    primary, second, expected = _primary_then_second(rig, 10)
     session = second.sessions["s1"]
-    assert session.state == "backup"
     assert session.error is not None
     assert "INVALID_ARGUMENT: arbitration refused: election id 10 is already used" in session.error
     assert "this controller will not write" in session.error
