@@ -230,12 +230,56 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
                 os.kill(pid, signal.SIGKILL)
     _wait_gone(ray_processes, timeout_s=5.0)
     if _LOCAL_TEMP_DIR is not None:
+        remove_with_holders(_LOCAL_TEMP_DIR)
+        _LOCAL_TEMP_DIR = None
+
+
+def remove_with_holders(directory: str, grace_s: float = 5.0) -> None:
+    """Remove ``directory`` and end the processes that keep files open in it.
+
+    A Ray worker that started while the instance shut down is not in the list taken
+    before, and once its raylet is gone it is nobody's descendant; but every Ray process
+    keeps its logs open in the instance's own directory. Such a process, and only such,
+    is ended (TERM, then KILL after ``grace_s``), so that it cannot write the directory
+    back after it was removed."""
+    for _ in range(3):
+        holders = _processes_in(directory)
+        for pid in holders:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        _wait_gone(holders, timeout_s=grace_s)
+        for pid in holders:
+            if _running(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        _wait_gone(holders, timeout_s=grace_s)
         for _ in range(20):
-            shutil.rmtree(_LOCAL_TEMP_DIR, ignore_errors=True)
-            if not os.path.exists(_LOCAL_TEMP_DIR):
+            shutil.rmtree(directory, ignore_errors=True)
+            if not os.path.exists(directory):
                 break
             time.sleep(0.1)
-        _LOCAL_TEMP_DIR = None
+        if not os.path.exists(directory) and not _processes_in(directory):
+            return
+
+
+def _processes_in(directory: str) -> set[int]:
+    """Pids of other processes with a file open under ``directory``, or it as their cwd."""
+    inside = os.path.join(os.path.realpath(directory), "")
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(os.path.join(entry.path, "cwd"))]
+            fd_dir = os.path.join(entry.path, "fd")
+            for fd in os.listdir(fd_dir):
+                with contextlib.suppress(OSError):
+                    links.append(os.readlink(os.path.join(fd_dir, fd)))
+        except OSError:
+            continue  # gone, or not ours to look into
+        if any(os.path.join(link, "").startswith(inside) for link in links):
+            found.add(int(entry.name))
+    return found
 
 
 def _ray_descendants() -> set[int]:

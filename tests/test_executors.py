@@ -180,3 +180,41 @@ def test_ray_executor_keeps_other_runs_when_one_fails(local_ray: Any) -> None:
     failure = found[1]
     assert isinstance(failure, TaskFailure)
     assert failure.error == "ValueError: math domain error"
+
+
+def _holding_a_file_in(directory: Path) -> subprocess.Popen[bytes]:
+    """A process of its own session (as an orphaned Ray worker is) with a file open in
+    ``directory``, which it would write again after the directory were removed."""
+    code = (
+        "import os, sys, time\n"
+        "log = open(os.path.join(sys.argv[1], 'worker.log'), 'w')\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+        "    os.makedirs(sys.argv[1], exist_ok=True)\n"
+        "    open(os.path.join(sys.argv[1], 'again.log'), 'w').close()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code, str(directory)], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not (directory / "worker.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process
+
+
+def test_the_ray_directory_is_removed_with_what_holds_files_in_it(tmp_path: Path) -> None:
+    from sim.executors import remove_with_holders
+
+    ours, theirs = tmp_path / "beamer-ray-x", tmp_path / "elsewhere"
+    ours.mkdir()
+    theirs.mkdir()
+    holder, bystander = _holding_a_file_in(ours), _holding_a_file_in(theirs)
+    try:
+        remove_with_holders(str(ours), grace_s=2.0)
+        assert holder.wait(timeout=10) != 0  # ended by a signal
+        time.sleep(0.3)
+        assert not ours.exists()  # and not written back
+        assert bystander.poll() is None  # a process holding nothing there is left alone
+    finally:
+        for process in (holder, bystander):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
