@@ -26,17 +26,16 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
 from control.errors import UserError
+from control.interrupts import restore_handlers, unwind_on_termination
 from control.topology import Endpoint, Topology
 
 TargetName = Literal["embedded", "bmv2"]
@@ -51,10 +50,6 @@ READY_TIMEOUT_S = 60.0
 
 class EmulationFailed(UserError):
     """A switch or the controller died, or set-up failed: one line, the run is torn down."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: unwind like Ctrl-C so every ``finally`` runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,19 +247,10 @@ class EmulatedNetwork:
         self._restore_signal_handlers()
 
     def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def interrupt(signum: int, _frame: FrameType | None) -> None:
-            raise Interrupted(signal.Signals(signum).name)
-
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            self._previous_handlers[signum] = signal.signal(signum, interrupt)
+        self._previous_handlers = unwind_on_termination()
 
     def _restore_signal_handlers(self) -> None:
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
-        self._previous_handlers.clear()
+        restore_handlers(self._previous_handlers)
 
     # --- network ---------------------------------------------------------------------
 

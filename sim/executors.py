@@ -39,6 +39,7 @@ from typing import Any, Generic, Literal, TypeVar
 from tqdm import tqdm
 
 from control.errors import UserError
+from control.interrupts import restore_handlers, unwind_on_termination
 
 ExecutorKind = Literal["local", "ray"]
 EXECUTORS: tuple[ExecutorKind, ...] = ("local", "ray")
@@ -51,6 +52,8 @@ Result = TypeVar("Result")
 _RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _RAY_NICENESS_ENV = "RAY_worker_niceness"
 _LOCAL_TEMP_DIR: str | None = None
+_PREVIOUS_HANDLERS: dict[int, Any] = {}
+"""The SIGTERM and SIGHUP handlers before the local Ray instance started."""
 
 
 MAX_JOBS = 1024
@@ -201,6 +204,9 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
                 log_to_driver=False,
                 configure_logging=True,
             )
+            # Ray answers SIGTERM in the driver with a crash report and an exit that runs
+            # no ``finally``: unwind as Ctrl-C does instead, so that stop_local_ray runs.
+            _PREVIOUS_HANDLERS.update(unwind_on_termination())
             return
         except BaseException as error:
             stop_local_ray()  # what did start, and the directory
@@ -221,6 +227,7 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
 
     ray_processes = _ray_descendants()
     ray.shutdown()
+    restore_handlers(_PREVIOUS_HANDLERS)
     # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown() by a
     # moment and write into the directory until they exit: wait for them, then remove it.
     _wait_gone(ray_processes, timeout_s=grace_s)
@@ -419,9 +426,13 @@ def _ray_outcomes(
                     outcome = _Outcome(None, _failure(error))
                 yield refs[ref], outcome
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
         if owned and executor.ray_address is None:
+            # The private instance goes with its tasks. Cancelling them first is not
+            # needed, and a forced cancel whose task was just replying crashed Ray's
+            # core worker (a failed check), which then ran no cleanup at all.
             stop_local_ray()
-        elif owned:
-            ray.shutdown()  # disconnects; the cluster goes on
+        else:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            if owned:
+                ray.shutdown()  # disconnects; the cluster goes on

@@ -218,3 +218,39 @@ def test_the_ray_directory_is_removed_with_what_holds_files_in_it(tmp_path: Path
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_terminated_ray_sweep_unwinds_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM while the runs go: Ray's own handler would end the process with a crash
+    report and no cleanup; the command unwinds as on Ctrl-C instead."""
+    pytest.importorskip("ray")
+    seeds = ", ".join(str(seed) for seed in range(1, 61))
+    grid = write_grid(
+        tmp_path,
+        f"policies: [beamer, fair, sincronia]\nseeds: [{seeds}]\n"
+        "defaults: {jobs: 10, hosts: 32, max_trials: 8}\n"
+        "figures:\n  - name: mix\n    vary: {mix: [sha, hyperband]}\n",
+    )
+    out = tmp_path / "out"
+    before = set(Path(tempfile.gettempdir()).glob("beamer-ray-*"))
+    argv = [sys.executable, "-c", "from control.cli import main; raise SystemExit(main())"]
+    argv += ["sweep", str(grid), "--out", str(out), "--executor", "ray", "--jobs", "2"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    ticks = _start_ticks(process.pid)
+    try:
+        # Once the first runs are recorded, Ray is up and running tasks.
+        deadline = time.monotonic() + 120
+        while not (out / "runs.jsonl").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()[0].decode()
+            time.sleep(0.2)
+        process.terminate()
+        output = process.communicate(timeout=60)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, output
+    assert output.strip().splitlines()[-1] == "beamer: interrupted"
+    assert _wait_gone(ticks) == []
+    assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) == before
+    assert 0 < len(records(out / "runs.jsonl")) < 360  # stopped part of the way
