@@ -212,7 +212,9 @@ def run_controller(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP (its terminal closed) too: stopped by a signal it does not handle, the
+    # controller would leave its socket behind.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         controller.start()
         server.start()
@@ -226,7 +228,8 @@ def run_controller(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.stop()
         controller.stop()
     return 0

@@ -202,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
         log.info("%s received, stopping", signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: its terminal closed
+    previous = {sig: signal.signal(sig, request_stop) for sig in stop_signals}
     started = False
     switch = Switch(
         priority_queues=args.priority_queues,

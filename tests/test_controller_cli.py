@@ -52,8 +52,12 @@ def test_bad_arguments_are_one_line_errors(
     assert capsys.readouterr().err.startswith("beamer: error: controller at ")
 
 
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
 def test_controller_process_serves_events_and_status_and_cleans_up(
-    tmp_path: Path, switch_server: P4RuntimeServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    switch_server: P4RuntimeServer,
+    capsys: pytest.CaptureFixture[str],
+    stop_signal: int,
 ) -> None:
     topo = write_topology(tmp_path, switch_server.addr, hosts=2)
     socket_path = tmp_path / "controller.sock"
@@ -106,7 +110,7 @@ def test_controller_process_serves_events_and_status_and_cleans_up(
             assert len(reader.read_table(0)) == len(as_json["switches"][0]["entries"])
         finally:
             reader.close()
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop_signal)
         assert process.wait(timeout=20) == 0
         assert not socket_path.exists()
     finally:

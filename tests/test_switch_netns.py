@@ -148,8 +148,8 @@ def test_beamer_p4_on_veth_sends_the_high_class_first(netns: str, program: Compi
 
 @pytest.mark.parametrize(
     ("with_config", "stop_signal"),
-    [(False, signal.SIGINT), (True, signal.SIGTERM)],
-    ids=["no-p4-sigint", "config-sigterm"],
+    [(False, signal.SIGINT), (True, signal.SIGTERM), (True, signal.SIGHUP)],
+    ids=["no-p4-sigint", "config-sigterm", "config-sighup"],
 )
 def test_cli_runs_on_interfaces_and_stops_cleanly_on_a_signal(
     netns: str, program: CompiledProgram, tmp_path: Path, with_config: bool, stop_signal: int
