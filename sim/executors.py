@@ -22,6 +22,7 @@ only when the ``ray`` executor runs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import os
 import shutil
@@ -156,7 +157,9 @@ def _pool_outcomes(
     fn: Callable[[Item], Result], items: Sequence[Item], jobs: int
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
     # No more workers than runs: each is a process that loads the simulator.
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(items)), initializer=_end_with, initargs=(os.getpid(),)
+    )
     try:
         futures: dict[Future[_Outcome[Result]], int] = {
             pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
@@ -174,6 +177,21 @@ def _pool_outcomes(
                     yield futures[future], future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with(parent_pid: int) -> None:
+    """Make this pool worker end when ``parent_pid`` does, however that ends.
+
+    Killed by SIGTERM, SIGHUP or SIGKILL, the command runs no ``finally`` and its pool
+    workers would wait for work for ever, orphaned. The kernel sends them SIGTERM when
+    their parent goes (Linux's parent-death signal)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent went before the signal was set
+        os._exit(1)
 
 
 def start_local_ray(num_cpus: int, attempts: int = 2) -> None:

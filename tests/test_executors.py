@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from sweep_helpers import records, write_grid
 from test_sim_cli import small_workload
 
 from control.cli import main
-from sim.executors import Executor, TaskFailure, run_tasks
+from sim.executors import Executor, TaskFailure, _cmdline, _running, run_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -254,3 +255,46 @@ def test_a_terminated_ray_sweep_unwinds_and_leaves_nothing(tmp_path: Path) -> No
     assert _wait_gone(ticks) == []
     assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) == before
     assert 0 < len(records(out / "runs.jsonl")) < 360  # stopped part of the way
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
+def test_pool_workers_end_with_the_command_however_it_ends(stop_signal: int) -> None:
+    """A command killed by a signal it does not handle runs no ``finally``; its pool
+    workers, busy with a run, must not outlive it as orphans."""
+    argv = [sys.executable, "-c", "from control.cli import main; raise SystemExit(main())"]
+    argv += ["simulate", "--workload", "fb2010", "--policies", "fair,sincronia", "--jobs", "2"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None
+            time.sleep(0.2)
+            workers = [p for p in _children(process.pid) if b"python" in _cmdline(p)]
+        assert len(workers) == 2
+        process.send_signal(stop_signal)
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(_running(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in workers if _running(p)], "pool workers outlived the command"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(") ", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
