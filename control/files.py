@@ -9,6 +9,7 @@ into one :class:`UserError` line naming the file and line.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import functools
@@ -34,23 +35,85 @@ from control.errors import UserError
 MAX_JSON_DEPTH = 100
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of a user's file; a missing or unreadable file is a :class:`UserError`."""
+MAX_FILE_BYTES = 1 << 30
+"""The largest user file read (a workload's limit too): ``/dev/zero`` or a runaway
+file is refused rather than read until memory runs out."""
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def read_bytes(
+    path: Path,
+    *,
+    what: str = "file",
+    missing: str = "no such file",
+    max_bytes: int = MAX_FILE_BYTES,
+) -> bytes:
+    """The bytes of a user's file, which must be a regular file of at most ``max_bytes``.
+
+    Anything else is one :class:`UserError` line, before anything is read: a missing
+    file (``missing``), a directory, FIFO, socket or device ("is a FIFO (named pipe),
+    not a ``what``"; a FIFO without a writer would block for ever), a file too large
+    or unreadable. The size is checked on ``stat`` and again while reading.
+    """
     try:
-        data = path.read_bytes()
+        # stat first: a FIFO or a device is refused without being opened.
+        _check_regular(path, os.stat(path), what, max_bytes)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a file") from None
+        raise UserError(f"{path}: {missing}") from None
     except OSError as error:
         raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
     try:
-        return data.decode("utf-8")
+        with os.fdopen(fd, "rb") as handle:
+            _check_regular(path, os.fstat(handle.fileno()), what, max_bytes)  # the same file
+            data = handle.read(max_bytes + 1)  # bounded even if the file grows
+    except OSError as error:
+        raise UserError(f"{path}: cannot read: {error.strerror or error}") from None
+    if len(data) > max_bytes:
+        raise _too_large(path, f"more than {max_bytes:,} bytes", what, max_bytes)
+    return data
+
+
+def _check_regular(path: Path, info: os.stat_result, what: str, max_bytes: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), None)
+        raise UserError(f"{path}: is {kind or 'not a regular file'}, not a {what}")
+    if info.st_size > max_bytes:
+        raise _too_large(path, f"{info.st_size:,} bytes", what, max_bytes)
+
+
+def _too_large(path: Path, size: str, what: str, max_bytes: int) -> UserError:
+    return UserError(f"{path}: {size}, above the limit of {max_bytes:,} bytes for a {what}")
+
+
+def read_text(
+    path: Path,
+    *,
+    what: str = "file",
+    missing: str = "no such file",
+    max_bytes: int = MAX_FILE_BYTES,
+) -> str:
+    """The UTF-8 text of a user's file (:func:`read_bytes`), without a leading byte order
+    mark, which some editors write; text that is not UTF-8 is a :class:`UserError`
+    naming its line."""
+    data = read_bytes(path, what=what, missing=missing, max_bytes=max_bytes)
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return str(memoryview(data)[start:], "utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
+        offset = start + error.start
+        line = data.count(b"\n", 0, offset) + 1
         raise UserError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
-            f"{error.start}: {error.reason})"
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[offset]:02x} at offset "
+            f"{offset}: {error.reason})"
         ) from None
 
 

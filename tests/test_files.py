@@ -103,3 +103,38 @@ def test_json_numbers_that_are_not_json_or_too_long_are_named(tmp_path: Path) ->
     path.write_bytes(b'{"a": 1,\n "b": "\xc3"}')
     with pytest.raises(UserError, match=r"w\.json:2: not UTF-8 text"):
         read_json(path)
+
+
+def test_every_user_file_is_read_only_when_it_is_a_regular_file_within_the_limit(
+    tmp_path: Path,
+) -> None:
+    """Topologies, grids and P4 programs go through the one reader that workloads use:
+    a device or a FIFO is refused without being read (``/dev/zero`` never ends, a FIFO
+    without a writer blocks), and so is a file above the limit."""
+    from control.topology import load_topology
+    from softswitch.frontend.preprocess import read_program
+
+    with pytest.raises(UserError, match=r"^/dev/zero: is a character device, not a file$"):
+        load_topology(Path("/dev/zero"))
+    fifo = tmp_path / "topo.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match=r"topo\.fifo: is a FIFO \(named pipe\), not a file$"):
+        load_topology(fifo)
+    with pytest.raises(UserError, match=r"topo\.fifo: is a FIFO \(named pipe\), not a P4 program$"):
+        read_program(fifo)
+    big = tmp_path / "big.json"
+    big.write_text("[" + " " * 100 + "]")
+    with pytest.raises(
+        UserError, match=r"big\.json: 102 bytes, above the limit of 50 bytes for a grid file$"
+    ):
+        read_text(big, what="grid file", max_bytes=50)
+    assert read_text(big, max_bytes=102) == "[" + " " * 100 + "]"
+
+
+def test_a_leading_byte_order_mark_is_dropped_and_bad_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(b"\xef\xbb\xbf[1,\n2]")
+    assert read_json(path) == [1, 2]
+    path.write_bytes(b"[1,\n\xff]")
+    with pytest.raises(UserError, match=r"t\.json:2: not UTF-8 text \(byte 0xff at offset 4"):
+        read_text(path)

@@ -211,9 +211,7 @@ def test_a_device_is_refused_before_it_is_read(tmp_path: Path) -> None:
         cwd=Path(__file__).parent.parent,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr == (
-        "beamer: error: /dev/zero: is a character device; a workload is read from a regular file\n"
-    )
+    assert done.stderr == ("beamer: error: /dev/zero: is a character device, not a workload file\n")
 
 
 @pytest.mark.parametrize(
@@ -239,7 +237,7 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(
         signal.signal(signal.SIGALRM, previous)
     assert status == 2
     err = capsys.readouterr().err
-    assert err == f"beamer: error: {fifo}: is a FIFO; a workload is read from a regular file\n"
+    assert err == f"beamer: error: {fifo}: is a FIFO (named pipe), not a workload file\n"
 
 
 def test_a_file_above_the_size_limit_is_refused_before_it_is_read(

@@ -10,6 +10,7 @@ its readers read.
 
 from __future__ import annotations
 
+from control import files
 from control.errors import UserError
 
 MAX_HOSTS = 10_000
@@ -35,13 +36,14 @@ stage takes 1e300 s). With the per-flow rule of :data:`MAX_TIME_S`, a slow link
 limits how large its flows may be; it does not refuse the link."""
 MAX_JOBS = 10_000
 """Tuning jobs of a generated HP-tuning workload."""
-MAX_FILE_BYTES = 1 << 30
-"""A workload file (JSON or trace), 1 GiB, checked before it is read. The largest
-file the writers produce within the limits above is about 570 MB (measured: a
-JSON workload of 1,000,000 one-iteration trial stages with five flows each, every
-number at its longest; the HP-tuning generator at 930,000 coflows writes 78 MB,
-the FB2010 trace is 138 KB), so the limit refuses no written file and still bounds
-what is read into memory before any other check (``/dev/zero`` or a 100 GB file)."""
+MAX_FILE_BYTES = files.MAX_FILE_BYTES
+"""A workload file (JSON or trace), 1 GiB like any user file, checked before it is
+read. The largest file the writers produce within the limits above is about 570 MB
+(measured: a JSON workload of 1,000,000 one-iteration trial stages with five flows
+each, every number at its longest; the HP-tuning generator at 930,000 coflows writes
+78 MB, the FB2010 trace is 138 KB), so the limit refuses no written file and still
+bounds what is read into memory before any other check (``/dev/zero`` or a 100 GB
+file)."""
 
 
 class SettingError(UserError):

@@ -7,12 +7,12 @@ starting with ``#`` is a CompileError, not silently dropped.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from control.errors import UserError
+from control.files import read_bytes
 from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.limits import MAX_LINE_CHARS
 
@@ -58,40 +58,14 @@ def strip_comments(text: str) -> str:
     return "".join(out)
 
 
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "is a directory"),
-    (stat.S_ISFIFO, "is a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "is a socket"),
-    (stat.S_ISCHR, "is a character device"),
-    (stat.S_ISBLK, "is a block device"),
-)
-
-
 def read_program(path: Path) -> str:
     """The text of the P4 program in ``path``; a CompileError of one line when it is
-    missing, a directory or another file that is not a regular one (never waited on:
-    a FIFO is opened without blocking and refused), unreadable, or not UTF-8."""
+    missing, not a regular file (a FIFO is refused without being waited on), too large,
+    unreadable (:func:`control.files.read_bytes`), or not UTF-8."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise CompileError(None, f"{path}: no such P4 program") from None
-    except IsADirectoryError:
-        raise CompileError(None, f"{path}: is a directory, not a P4 program") from None
-    except OSError as error:
-        raise CompileError(None, f"{path}: cannot read: {error.strerror or error}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next(
-                (kind for test, kind in _NOT_REGULAR if test(mode)), "is not a regular file"
-            )
-            raise CompileError(None, f"{path}: {kind}, not a P4 program")
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read()
-    except OSError as error:
-        raise CompileError(None, f"{path}: cannot read: {error.strerror or error}") from None
-    finally:
-        os.close(fd)
+        data = read_bytes(path, what="P4 program", missing="no such P4 program")
+    except UserError as error:
+        raise CompileError(None, str(error)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -194,8 +168,8 @@ class Preprocessor:
                     self.once.add(path)
                 shown = path.name if path.parent == SYSTEM_INCLUDE_DIR else str(base / name)
                 try:
-                    text = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError) as error:
+                    text = read_bytes(path, what="P4 include file").decode("utf-8")
+                except (UserError, UnicodeDecodeError) as error:
                     raise CompileError(where, f"cannot read include file {name}: {error}") from None
                 return self.run_text(text, shown, path.parent, depth + 1)
         raise CompileError(where, f"cannot find include file {name}")
