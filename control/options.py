@@ -14,7 +14,9 @@ def parse_seeds(text: str, option: str = "--seeds") -> tuple[int, ...]:
         raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
     if not seeds:
         raise UserError(f"{option}: no seed given")
-    for position, seed in enumerate(seeds):
-        if seed in seeds[:position]:
+    seen: set[int] = set()
+    for seed in seeds:
+        if seed in seen:
             raise UserError(f"{option}: seed {seed} given more than once")
+        seen.add(seed)
     return seeds
