@@ -34,7 +34,7 @@ from control.events import (
     ensure_private_dir,
     raise_open_files_limit,
 )
-from control.files import read_text
+from control.files import read_bytes, read_text
 from control.model import CoflowKey
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import warm_up as warm_up_policies
@@ -149,10 +149,7 @@ def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> Pipeline
             "the bmv2 target needs --bmv2-json and --p4info (from p4c --target bmv2 "
             "--arch v1model --p4runtime-files ...)"
         )
-    try:
-        device_config = json_path.read_bytes()
-    except OSError as error:
-        raise UserError(f"{error.filename}: {error.strerror}") from None
+    device_config = read_bytes(json_path, what="BMv2 JSON file")
     p4info_text = read_text(p4info_path)
     p4info = p4info_pb2.P4Info()
     try:

@@ -41,6 +41,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from control.errors import UserError
+from control.files import read_text
 from control.policies import POLICIES
 from control.quantize import STRATEGIES, Strategy
 from workloads.hp_tuning import HpTuningConfig
@@ -326,14 +327,7 @@ def _line(container: object, key: str | int) -> int:
 
 def load_grid(path: Path) -> Grid:
     """Read and check a grid file; any problem is one :class:`UserError` line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such grid file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(
-            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
-        ) from None
+    text = read_text(path, what="grid file", missing="no such grid file")
     try:
         document = yaml.load(text, Loader=_Loader)
     except _FieldError as error:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from control.errors import UserError
-from control.files import atomic_write_text
+from control.files import atomic_write_text, read_text
 from control.model import StageKey, Workload
 from control.policies import get_policy
 from sim.engine import SimConfig, simulate
@@ -196,12 +196,7 @@ def read_records(path: Path) -> dict[str, RunRecord]:
     """
     if not path.exists():
         return {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(
-            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
-        ) from None
+    text = read_text(path, what="run log")
     records: dict[str, RunRecord] = {}
     kept: list[str] = []
     lines = text.splitlines()

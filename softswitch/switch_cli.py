@@ -19,6 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from control.errors import UserError
+from control.files import read_bytes
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import (
@@ -148,7 +149,7 @@ def load_program(path: Path) -> CompiledProgram:
     if path.suffix == ".p4":
         return compile_file(path)
     try:
-        return CompiledProgram.from_device_config(path.read_bytes())
+        return CompiledProgram.from_device_config(read_bytes(path, what="device config"))
     except UserError as error:
         if str(path) in str(error):
             raise
