@@ -164,6 +164,8 @@ class FastSimulation(Simulation):
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None
+        self._coflow_order: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
+        """MADD's coflow rows in ranking order, for the class order it was made for."""
         self._coflow_states_by_uid: dict[int, CoflowState] = {}
 
     def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:
@@ -545,48 +547,74 @@ class FastSimulation(Simulation):
         if (np.diff(classes[2][self._moving]) <= 0).any():
             raise RuntimeError("the moving entries are not in class order")
 
+    def _allocate_madd(self, classes: tuple[np.ndarray, ...]) -> None:
+        """MADD in the ranking's coflow order, then the max-min backfill, from scratch (MADD's
+        residual capacities change at every event), into the rates in place."""
+        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks = classes[:8]
+        uids, rows = self._rows()
+        if self._members is None:
+            # Each coflow's flows in flow order, as the reference's stable sort by coflow,
+            # and the coflows in ranking order: both kept until the rows or ranking change.
+            by_row = np.argsort(rows[self._flows], kind="stable")
+            flows_per_row = np.bincount(rows[self._flows], minlength=len(uids))
+            starts_by_row = np.zeros(len(uids) + 1, dtype=np.int64)
+            np.cumsum(flows_per_row, out=starts_by_row[1:])
+            self._members = (self._flows[by_row], starts_by_row)
+        if self._coflow_order is None or self._coflow_order[0] is not classes:
+            self._coflow_order = (classes, np.lexsort((ranks, -coflow_classes)))
+        members, starts_by_row = self._members
+        coflow_order = self._coflow_order[1]
+
+        def allocate(rates: np.ndarray, scratch: kernels.Scratch) -> np.ndarray:
+            return kernels.madd_into(
+                self._src,
+                self._dst,
+                self._remaining,
+                members,
+                starts_by_row,
+                coflow_order,
+                (order, starts, src_sorted, dst_sorted),
+                mult_sorted,
+                self.capacity,
+                self._saturated_below,
+                classes[8],
+                rows,
+                rates,
+                scratch,
+            )
+
+        if len(self._rates) != len(order) or self._moving is None:
+            self._rates = np.zeros(len(order))
+        else:
+            self._rates[self._moving] = 0.0  # the only entries with a rate
+        self._moving = allocate(self._rates, self._work)
+        if self.verify:
+            expected = np.zeros(len(order))
+            allocate(expected, kernels.Scratch())
+            if not np.array_equal(self._rates, expected):
+                raise RuntimeError("MADD's rates in place differ from a fresh allocation")
+            if not np.array_equal(np.sort(self._moving), np.flatnonzero(expected > 0.0)):
+                raise RuntimeError("MADD lists the wrong moving entries")
+
     def _allocate(self) -> None:
         self._row_rate = None
         if len(self._owner) == 0:
             self._rates = np.zeros(0)
             self._moving = None
             return
-        uids, rows = self._rows()  # first: it may drop finished entries
+        _, rows = self._rows()  # first: it may drop finished entries
         classes = self._class_order()
-        order, starts, _, src_sorted, dst_sorted, mult_sorted, coflow_classes, ranks, run_end = (
-            classes
-        )
         if self.allocator == "priority":
             self._allocate_priority(classes)
             if self.verify:
                 self._check_allocation(classes)
             return
-        self._moving = None
         if self.allocator == "madd":
-            if self._members is None:
-                # Each coflow's flows in flow order, as the reference's stable sort by coflow.
-                by_row = np.argsort(rows[self._flows], kind="stable")
-                flows_per_row = np.bincount(rows[self._flows], minlength=len(uids))
-                starts_by_row = np.zeros(len(uids) + 1, dtype=np.int64)
-                np.cumsum(flows_per_row, out=starts_by_row[1:])
-                self._members = (self._flows[by_row], starts_by_row)
-            members, starts_by_row = self._members
-            self._rates = kernels.madd_ordered(
-                self._src,
-                self._dst,
-                self._remaining,
-                members,
-                starts_by_row,
-                np.lexsort((ranks, -coflow_classes)),
-                (order, starts, src_sorted, dst_sorted),
-                mult_sorted,
-                self.capacity,
-                self._saturated_below,
-                run_end,
-                self._work,
-            )
-        else:
-            flow_class = coflow_classes[rows]
-            flow_order = np.lexsort((ranks[rows], -flow_class))
-            mult = self._mult.astype(float)
-            self._rates = kernels.greedy(self._src, self._dst, mult, flow_order, self.capacity)
+            self._allocate_madd(classes)
+            return
+        self._moving = None
+        coflow_classes, ranks = classes[6], classes[7]
+        flow_class = coflow_classes[rows]
+        flow_order = np.lexsort((ranks[rows], -flow_class))
+        mult = self._mult.astype(float)
+        self._rates = kernels.greedy(self._src, self._dst, mult, flow_order, self.capacity)

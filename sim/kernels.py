@@ -484,6 +484,26 @@ class Scratch:
         self.pending = np.zeros(0, dtype=np.int64)
         self.by_port = np.zeros(0, dtype=np.int64)
         self.frozen = np.zeros(0, dtype=np.bool_)
+        self.backfill = np.zeros(0)
+        """For :func:`madd_into`: the backfill's rates (zero but where the last filling
+        wrote, cleared behind), the moving entries, the admitted coflow rows, and marks
+        per entry and per row (zero, left so)."""
+        self.combined = np.zeros(0, dtype=np.int64)
+        self.seen = np.zeros(0, dtype=np.uint8)
+        self.admitted = np.zeros(0, dtype=np.int64)
+        self.row_mark = np.zeros(0, dtype=np.uint8)
+
+    def fit_madd(self, num_entries: int, num_rows: int) -> Scratch:
+        if len(self.backfill) < num_entries:
+            size = max(2 * num_entries, 1024)
+            self.backfill = np.zeros(size)
+            self.combined = np.zeros(size, dtype=np.int64)
+            self.seen = np.zeros(size, dtype=np.uint8)
+        if len(self.admitted) < num_rows:
+            size = max(2 * num_rows, 1024)
+            self.admitted = np.zeros(size, dtype=np.int64)
+            self.row_mark = np.zeros(size, dtype=np.uint8)
+        return self
 
     def fit(self, count: int) -> Scratch:
         if len(self.live) < count:
@@ -759,7 +779,8 @@ def _madd(
     residual: np.ndarray,
     saturated_below: np.ndarray,
     rates: np.ndarray,
-) -> None:  # pragma: no cover - compiled
+    admitted: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """MADD as :func:`sim.allocate.madd`: ``members`` lists one entry index per *flow*
     (an entry of ``mult`` flows appears ``mult`` times), in the reference's flow order,
     and ``remaining`` is per flow, so that each port's demand is the same sum in the
@@ -769,10 +790,17 @@ def _madd(
     found by one scan that stops at the first such flow, before any demand is
     summed; where most coflows wait behind the first few (a trace under
     contention), that scan is most of the work. Once every port is saturated, no
-    later coflow gets anything and the loop stops."""
-    demand = np.zeros(len(residual))
+    later coflow gets anything and the loop stops.
+
+    Only the admitted coflows' entries are written in ``rates``; the admitted coflow
+    rows are listed in ``admitted``, and their count is returned."""
+    num_ports = len(residual)
+    demand = np.zeros(num_ports)
+    touched = np.empty(num_ports, dtype=np.int64)
+    listed = np.zeros(num_ports, dtype=np.bool_)
+    num_admitted = 0
     open_count = 0
-    for p in range(len(residual)):
+    for p in range(num_ports):
         if residual[p] > saturated_below[p]:
             open_count += 1
     for row in coflow_order:
@@ -782,6 +810,9 @@ def _madd(
         hi = starts[row + 1]
         if lo == hi:
             continue
+        # One pass checks the coflow's ports and sums its demand (flow by flow, as the
+        # reference); a coflow that waits has its partial sums dropped.
+        nt = 0
         wanted = False
         waits = False
         for j in range(lo, hi):
@@ -793,35 +824,88 @@ def _madd(
                 if residual[s] <= saturated_below[s] or residual[d] <= saturated_below[d]:
                     waits = True
                     break
+            for p in (src[i], dst[i]):
+                demand[p] += remaining[i]
+                if not listed[p]:
+                    listed[p] = True
+                    touched[nt] = p
+                    nt += 1
         if waits or not wanted:
+            for t in range(nt):
+                p = touched[t]
+                demand[p] = 0.0
+                listed[p] = False
             continue
-        for j in range(lo, hi):
-            i = members[j]
-            demand[src[i]] += remaining[i]
-            demand[dst[i]] += remaining[i]
         # Every port with demand is open here: each has a flow with bytes left,
         # and the scan above found all of those at open ports.
         alpha = np.inf
-        for j in range(lo, hi):
-            i = members[j]
-            for p in (src[i], dst[i]):
-                if demand[p] > 0.0:
-                    alpha = min(alpha, residual[p] / demand[p])
+        for t in range(nt):
+            p = touched[t]
+            if demand[p] > 0.0:
+                alpha = min(alpha, residual[p] / demand[p])
         for j in range(lo, hi):
             i = members[j]
             rates[i] = alpha * remaining[i]
-        for j in range(lo, hi):
+        admitted[num_admitted] = row
+        num_admitted += 1
+        for t in range(nt):
+            p = touched[t]
+            if demand[p] > 0.0:
+                residual[p] = max(residual[p] - alpha * demand[p], 0.0)
+                if residual[p] <= saturated_below[p]:
+                    open_count -= 1
+            demand[p] = 0.0
+            listed[p] = False
+    return num_admitted
+
+
+@njit(cache=True, nogil=True)
+def _add_backfill(
+    rates: np.ndarray,
+    backfill: np.ndarray,
+    backfill_moving: np.ndarray,
+    admitted: np.ndarray,
+    num_admitted: int,
+    members: np.ndarray,
+    starts: np.ndarray,
+    rows: np.ndarray,
+    row_mark: np.ndarray,
+    seen: np.ndarray,
+    moving: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """Add the backfill's rates to MADD's in ``rates`` (the reference's elementwise
+    ``madd + backfill``; where MADD gave nothing that is ``0.0 + x``, which is ``x``) and
+    list the entries with a positive rate in ``moving``, each coflow row's adjacent;
+    return their count.
+
+    Only the entries either part moved are visited: the backfill's ``backfill_moving``
+    (in class order) and the flows of the ``admitted`` coflow rows
+    (``members[starts[row]:starts[row + 1]]``, an entry of several flows as often; its
+    first appearance is listed). An admitted row's backfill entries are its flows too,
+    so they are listed with the row. ``rows`` maps an entry to its row. ``row_mark``
+    (per row) and ``seen`` (per entry) are scratch, all zero, left so; ``backfill``
+    is cleared behind, so that it is all zero for the next filling."""
+    for a in range(num_admitted):
+        row_mark[admitted[a]] = 1
+    count = 0
+    for i in backfill_moving:
+        rates[i] = rates[i] + backfill[i]
+        backfill[i] = 0.0
+        if row_mark[rows[i]] == 0 and rates[i] > 0.0:
+            moving[count] = i
+            count += 1
+    for a in range(num_admitted):
+        row = admitted[a]
+        row_mark[row] = 0
+        for j in range(starts[row], starts[row + 1]):
             i = members[j]
-            for p in (src[i], dst[i]):
-                if demand[p] > 0.0:
-                    residual[p] = max(residual[p] - alpha * demand[p], 0.0)
-                    demand[p] = 0.0
-                    if residual[p] <= saturated_below[p]:
-                        open_count -= 1
-        for j in range(lo, hi):
-            i = members[j]
-            demand[src[i]] = 0.0
-            demand[dst[i]] = 0.0
+            if seen[i] == 0 and rates[i] > 0.0:
+                seen[i] = 1
+                moving[count] = i
+                count += 1
+        for j in range(starts[row], starts[row + 1]):
+            seen[members[j]] = 0
+    return count
 
 
 def madd(
@@ -847,21 +931,29 @@ def madd(
     members, starts = coflow_members(flow_coflow[flows], rows)
     order, class_starts = class_order(flow_class)
     mult = mult.astype(float)
-    return madd_ordered(
+    src_sorted = src[order].astype(np.int64)
+    dst_sorted = dst[order].astype(np.int64)
+    rates = np.zeros(len(src))
+    madd_into(
         src.astype(np.int64),
         dst.astype(np.int64),
         remaining.astype(float),
         flows[members],
         starts,
         coflow_order.astype(np.int64),
-        (order, class_starts, src[order].astype(np.int64), dst[order].astype(np.int64)),
+        (order, class_starts, src_sorted, dst_sorted),
         mult[order],
         capacity,
         capacity * RELATIVE_TOLERANCE,
+        run_ends(dst_sorted, class_starts),
+        flow_coflow.astype(np.int64),
+        rates,
+        Scratch(),
     )
+    return rates
 
 
-def madd_ordered(
+def madd_into(
     src: np.ndarray,
     dst: np.ndarray,
     remaining: np.ndarray,
@@ -872,16 +964,29 @@ def madd_ordered(
     mult_sorted: np.ndarray,
     capacity: np.ndarray,
     saturated_below: np.ndarray,
-    run_end: np.ndarray | None = None,
-    scratch: Scratch | None = None,
+    run_end: np.ndarray,
+    rows: np.ndarray,
+    rates: np.ndarray,
+    scratch: Scratch,
 ) -> np.ndarray:
     """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
-    flow order, grouped by coflow row; ``starts``: where each row starts) and the class
-    order for the backfill (``classes``: order, class starts, sorted senders and
-    receivers) given. ``remaining`` and the rates returned are per flow."""
+    flow order, grouped by coflow row; ``starts``: where each row starts; ``rows``: each
+    entry's row) and the class order for the backfill (``classes``: order, class
+    starts, sorted senders and receivers) given. ``remaining`` and the rates are per
+    flow.
+
+    The rates go to ``rates``, which must be zero everywhere (only the moving entries
+    are written); the moving entries are returned, a view into ``scratch`` valid until
+    its next use. Where each row's entries are contiguous in entry order (as the
+    simulator keeps them), a row's moving entries are adjacent and in entry order.
+    Nothing of the size of every entry is allocated or swept: at an event of a trace
+    under contention MADD admits a few coflows and the backfill moves a fraction of
+    the entries."""
+    order, class_starts, src_sorted, dst_sorted = classes
+    scratch.fit(len(order))
+    scratch.fit_madd(len(order), len(starts) - 1)
     residual = capacity.astype(float).copy()
-    madd_rates = np.zeros(len(src))
-    _madd(
+    num_admitted = _madd(
         src,
         dst,
         remaining,
@@ -890,22 +995,35 @@ def madd_ordered(
         coflow_order,
         residual,
         saturated_below,
-        madd_rates,
+        rates,
+        scratch.admitted,
     )
-    order, class_starts, src_sorted, dst_sorted = classes
-    backfill = maxmin_ordered(
+    backfill_moving, _ = maxmin_into(
         src_sorted,
         dst_sorted,
         mult_sorted,
         order,
         class_starts,
-        capacity,
-        saturated_below,
-        residual,
         run_end,
+        residual,
+        saturated_below,
+        scratch.backfill,
         scratch,
     )
-    return madd_rates + backfill
+    count = _add_backfill(
+        rates,
+        scratch.backfill,
+        backfill_moving,
+        scratch.admitted,
+        num_admitted,
+        members,
+        starts,
+        rows,
+        scratch.row_mark,
+        scratch.seen,
+        scratch.combined,
+    )
+    return scratch.combined[:count]
 
 
 @njit(cache=True, nogil=True)

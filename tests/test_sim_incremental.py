@@ -226,6 +226,21 @@ def test_the_check_catches_a_wrong_refill() -> None:
         Wrong(workload, get_policy("fifo"), SimConfig(), verify=True).run()
 
 
+def test_the_check_catches_madd_rates_left_from_the_last_allocation() -> None:
+    # MADD writes only the entries it moves; those of the last allocation must be cleared
+    # first, and a run that forgets some must be caught.
+    workload = crowded(0)
+
+    class Stale(FastSimulation):
+        def _allocate_madd(self, classes: tuple[np.ndarray, ...]) -> None:
+            if self._moving is not None:
+                self._moving = self._moving[: len(self._moving) // 2]
+            super()._allocate_madd(classes)
+
+    with pytest.raises(RuntimeError, match="MADD"):
+        Stale(workload, get_policy("varys"), SimConfig(), verify=True).run()
+
+
 def test_the_check_catches_a_coflow_state_kept_after_its_flows_changed() -> None:
     # A snapshot rebuilds only the coflows marked changed: forgetting the mark that a
     # flow's completion sets must be caught.
