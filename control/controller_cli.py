@@ -35,6 +35,7 @@ from control.events import (
     raise_open_files_limit,
 )
 from control.files import read_bytes, read_text
+from control.interrupts import restore_handlers
 from control.model import CoflowKey
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import warm_up as warm_up_policies
@@ -225,8 +226,7 @@ def run_controller(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(previous)
         server.stop()
         controller.stop()
     return 0

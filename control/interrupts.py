@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import MutableMapping
 from types import FrameType
 from typing import Any
 
@@ -26,7 +27,8 @@ def unwind_on_termination() -> dict[int, Any]:
     return {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
 
 
-def restore_handlers(previous: dict[int, Any]) -> None:
+def restore_handlers(previous: MutableMapping[Any, Any]) -> None:
+    """Give each signal in ``previous`` its handler back (and forget them)."""
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     previous.clear()

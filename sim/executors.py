@@ -248,12 +248,7 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
     restore_handlers(_PREVIOUS_HANDLERS)
     # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown() by a
     # moment and write into the directory until they exit: wait for them, then remove it.
-    _wait_gone(ray_processes, timeout_s=grace_s)
-    for pid in ray_processes:
-        if _running(pid) and b"ray" in _cmdline(pid):  # still the same process
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    _wait_gone(ray_processes, timeout_s=5.0)
+    _kill_lingering(ray_processes, grace_s, still_ours=lambda pid: b"ray" in _cmdline(pid))
     if _LOCAL_TEMP_DIR is not None:
         remove_with_holders(_LOCAL_TEMP_DIR)
         _LOCAL_TEMP_DIR = None
@@ -272,12 +267,7 @@ def remove_with_holders(directory: str, grace_s: float = 5.0) -> None:
         for pid in holders:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        _wait_gone(holders, timeout_s=grace_s)
-        for pid in holders:
-            if _running(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        _wait_gone(holders, timeout_s=grace_s)
+        _kill_lingering(holders, grace_s)
         for _ in range(20):
             shutil.rmtree(directory, ignore_errors=True)
             if not os.path.exists(directory):
@@ -285,6 +275,19 @@ def remove_with_holders(directory: str, grace_s: float = 5.0) -> None:
             time.sleep(0.1)
         if not os.path.exists(directory) and not _processes_in(directory):
             return
+
+
+def _kill_lingering(
+    pids: set[int], grace_s: float, still_ours: Callable[[int], bool] = lambda pid: True
+) -> None:
+    """Wait up to ``grace_s`` for ``pids`` to exit, then SIGKILL those still running (and
+    ``still_ours``: a pid may have been reused), and wait up to 5 s more for them."""
+    _wait_gone(pids, timeout_s=grace_s)
+    for pid in pids:
+        if _running(pid) and still_ours(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _wait_gone(pids, timeout_s=5.0)
 
 
 def _processes_in(directory: str) -> set[int]:

@@ -983,9 +983,8 @@ def madd_into(
     under contention MADD admits a few coflows and the backfill moves a fraction of
     the entries."""
     order, class_starts, src_sorted, dst_sorted = classes
-    scratch.fit(len(order))
     scratch.fit_madd(len(order), len(starts) - 1)
-    residual = capacity.astype(float).copy()
+    residual = capacity.astype(float)  # a copy: MADD and the backfill use it up
     num_admitted = _madd(
         src,
         dst,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from control.errors import UserError
 from control.files import read_bytes
+from control.interrupts import restore_handlers
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import (
@@ -240,8 +241,7 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
         switch.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(previous)
         if started:
             log.info("stopped; counters: %s", switch.counters)
             for number, port in sorted(switch.ports.items()):
