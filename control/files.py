@@ -117,9 +117,9 @@ def read_text(
         ) from None
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, *, what: str = "file", missing: str = "no such file") -> Any:
     """The JSON document in a user's file (:func:`read_text`, then :func:`parse_json`)."""
-    return parse_json(read_text(path), str(path))
+    return parse_json(read_text(path, what=what, missing=missing), str(path))
 
 
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)

@@ -225,7 +225,8 @@ def _link_sort_key(link: LinkSpec) -> tuple[int, int]:
 def load_topology(path: str | Path) -> Topology:
     """Read and validate a topology file; every error names the file and the field."""
     path = Path(path)
-    return parse_topology(read_json(path), source=str(path))
+    raw = read_json(path, what="topology file", missing="no such topology file")
+    return parse_topology(raw, source=str(path))
 
 
 def parse_topology(raw: Any, source: str = "<topology>") -> Topology:

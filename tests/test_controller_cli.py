@@ -34,7 +34,9 @@ def test_bad_arguments_are_one_line_errors(
 ) -> None:
     missing = tmp_path / "nope.json"
     assert main(["controller", "--topo", str(missing), "--policy", "beamer"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"beamer: error: {missing}: no such file"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"beamer: error: {missing}: no such topology file"
+    ]
     assert main(["controller", "--topo", "x.json", "--policy", "beamer", "--queues", "9"]) == 2
     assert "--queues: 9 is out of range 1..8" in capsys.readouterr().err
     topo = str(write_topology(tmp_path, "127.0.0.1:9", hosts=2))
