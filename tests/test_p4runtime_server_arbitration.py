@@ -378,7 +378,7 @@ def test_an_ended_stream_drops_what_it_never_sent() -> None:
     stream.end()
     stream.send(reply)
     assert stream.outbox.qsize() == 1
-    assert isinstance(stream.receive(), arbitration.StreamClosed)
+    assert isinstance(stream.poll(), arbitration.StreamClosed)
 
 
 def test_a_stream_whose_client_left_is_freed_without_the_garbage_collector(

@@ -4,6 +4,8 @@ primary controller keeps writing throughout."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,9 +165,96 @@ def test_a_stream_that_does_not_arbitrate_in_time_is_ended_and_frees_its_slot(
     assert not any(session.done.is_set() for session in rest)
 
 
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    """One HTTP/2 frame (RFC 9113 §4.1)."""
+    return (
+        len(payload).to_bytes(3, "big")
+        + bytes([kind, flags])
+        + stream_id.to_bytes(4, "big")
+        + payload
+    )
+
+
+def _literal(name: str, value: str) -> bytes:
+    """An HPACK literal header field without indexing, plain strings (RFC 7541 §6.2.2)."""
+    return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+
+def open_write_that_stops_halfway(addr: str) -> socket.socket:
+    """A Write call on a connection of its own whose request stops after 10 of 1000 bytes."""
+    host, port = addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    headers = b"".join(
+        _literal(name, value)
+        for name, value in (
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/p4.v1.P4Runtime/Write"),
+            (":authority", "localhost"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        )
+    )
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))
+    sock.sendall(_frame(1, 0x4, 1, headers))  # HEADERS, END_HEADERS
+    sock.sendall(_frame(0, 0, 1, b"\x00" + (1000).to_bytes(4, "big") + bytes(10)))
+    return sock
+
+
+def ends_stream_one(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether the server ends stream 1 (trailers with END_STREAM, or RST_STREAM) within
+    ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+            at = 0
+            while at + 9 <= len(data):
+                length = int.from_bytes(data[at : at + 3], "big")
+                kind, flags = data[at + 3], data[at + 4]
+                stream_id = int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+                if stream_id == 1 and (kind == 3 or (kind == 1 and flags & 0x1)):
+                    return True
+                at += 9 + length
+    except TimeoutError:
+        return False
+    return False
+
+
+def test_requests_that_never_arrive_whole_hold_no_thread_and_are_ended(served: Served) -> None:
+    """A client that starts requests and never finishes them (a slow-loris) takes no
+    worker: the primary keeps writing, and each such call ends at the request deadline."""
+    served.server.servicer.request_timeout_s = 1.0
+    halfway = [open_write_that_stops_halfway(served.server.addr) for _ in range(40)]
+    never_sent = threading.Event()
+
+    def no_request() -> Iterator[bytes]:
+        never_sent.wait(10)
+        yield from ()
+
+    silent = served.channel().stream_unary("/p4.v1.P4Runtime/Write")
+    calls = [silent.future(no_request(), timeout=10) for _ in range(8)]
+    try:
+        write(served, class_update(4))
+        served.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=5)
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as caught:
+                call.result()
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "did not arrive whole within 1 s" in (caught.value.details() or "")
+        assert all(ends_stream_one(sock, 5.0) for sock in halfway)
+    finally:
+        never_sent.set()
+        for sock in halfway:
+            sock.close()
+    write(served, class_update(5))
+
+
 def test_slow_readers_cannot_take_every_thread(served: Served) -> None:
-    """A client that starts a large Read and does not take the reply holds a server
-    thread; past MAX_READS such Reads are refused, and Writes still get through."""
+    """A client that starts a large Read and does not take the reply holds a read slot
+    and the reply's bytes; past MAX_READS such Reads are refused, and Writes still get
+    through."""
     write(served, *(lpm_update(i) for i in range(16)))
     request = wildcard_read(8000)  # 128,000 entries: more than the transport buffers
     held: list[Iterator[p4runtime_pb2.ReadResponse]] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -83,6 +84,8 @@ class ClientStream:
     peer: str | None = None  # the gRPC peer (transport connection) the stream came on
     _queued_bytes: int = 0
     _closed: bool = False  # a StreamClosed is queued: nothing more goes out
+    on_send: Callable[[], None] | None = field(default=None, repr=False)
+    """Called after an item is queued, from the thread that queued it."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def send(self, item: OutboxItem) -> None:
@@ -93,13 +96,17 @@ class ClientStream:
         or MAX_OUTBOX_BYTES the queued messages are dropped and the stream ends with
         RESOURCE_EXHAUSTED.
         """
+        if self._enqueue(item):
+            self._wake()
+
+    def _enqueue(self, item: OutboxItem) -> bool:
         with self._lock:
             if self._closed:
-                return
+                return False
             if isinstance(item, StreamClosed):
                 self._closed = True
                 self.outbox.put(item)
-                return
+                return True
             size = item.ByteSize()
             if (
                 self.outbox.qsize() >= MAX_OUTBOX_MESSAGES
@@ -115,15 +122,20 @@ class ClientStream:
                         )
                     )
                 )
-                return
+                return True
             self._queued_bytes += size
             self.outbox.put(item)
+            return True
 
-    def receive(self, timeout_s: float | None = None) -> OutboxItem | None:
-        """The next item to send to the client; None if nothing came within ``timeout_s``
-        (None: wait as long as it takes)."""
+    def _wake(self) -> None:
+        if self.on_send is not None:
+            self.on_send()
+
+    def poll(self) -> OutboxItem | None:
+        """The next item to send to the client; None if there is none yet (``on_send``
+        tells when one comes)."""
         try:
-            item = self.outbox.get(timeout=timeout_s)
+            item = self.outbox.get_nowait()
         except queue.Empty:
             return None
         if not isinstance(item, StreamClosed):
@@ -141,6 +153,7 @@ class ClientStream:
             self._discard()  # this may drop an earlier StreamClosed: queue a new one
             self._closed = True
             self.outbox.put(StreamClosed())
+        self._wake()
 
     def _discard(self) -> None:
         while True:

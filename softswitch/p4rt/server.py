@@ -1,17 +1,19 @@
-"""The P4Runtime gRPC server of the embedded target, on a thread pool, loopback by default."""
+"""The P4Runtime gRPC server of the embedded target, on an event loop, loopback by default."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
+import threading
 from concurrent import futures
 from types import TracebackType
 
-import grpc
+from grpc import aio
 
 from control.errors import UserError
 from softswitch.p4rt.pipeline_config import PipelineHost
-from softswitch.p4rt.service import MAX_STREAMS, P4RuntimeServicer, add_to_server
+from softswitch.p4rt.service import P4RuntimeServicer, add_to_server
 
 log = logging.getLogger(__name__)
 
@@ -20,12 +22,13 @@ DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
 # Large batches are the point of Write; 4 MiB (gRPC's default) holds only ~50k entries.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
-# Each open StreamChannel occupies a worker for its lifetime; keep room for unary RPCs.
-WORKERS = MAX_STREAMS + 8
+# Threads for the work on the switch; requests and streams wait on the event loop.
+WORKERS = 8
 
-# RPCs accepted at once, running or waiting for a worker; one more is RESOURCE_EXHAUSTED
-# at once rather than a wait without end.
-MAX_CONCURRENT_RPCS = 4 * WORKERS
+# RPCs accepted at once, open streams and requests still arriving among them; one more is
+# RESOURCE_EXHAUSTED at once rather than a wait without end. A waiting RPC costs memory,
+# not a thread, and one whose request does not arrive is ended (``rpc.REQUEST_TIMEOUT_S``).
+MAX_CONCURRENT_RPCS = 256
 
 
 def serves_every_network(addr: str) -> bool:
@@ -60,22 +63,38 @@ class P4RuntimeServer:
     """``P4RuntimeServer(switch, device_id, addr).start()``; ``stop()`` ends every stream.
 
     ``addr`` may use port 0 to bind a free port; :attr:`addr` then holds the real one.
+    The gRPC server runs on an event loop in a thread of its own (see ``rpc``); the
+    switch work runs on a pool of worker threads.
     """
 
     def __init__(self, switch: PipelineHost, device_id: int, addr: str = DEFAULT_GRPC_ADDR) -> None:
         self.servicer = P4RuntimeServicer(switch, device_id)
         self.device_id = device_id
         self.addr = addr
-        self._server: grpc.Server | None = None
+        self._server: aio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         """Bind and serve; a UserError names an address that cannot be bound."""
         if self._server is not None:
             return
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="p4rt-loop", daemon=True)
         executor = futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="p4rt")
-        server = grpc.server(
-            executor,
+        thread.start()
+        self._loop, self._thread, self._executor = loop, thread, executor
+        try:
+            self._server = asyncio.run_coroutine_threadsafe(self._bind(executor), loop).result()
+        except BaseException:
+            self._end_loop()
+            raise
+        if serves_every_network(self.addr):
+            log.warning("%s", every_network_warning(self.addr))
+
+    async def _bind(self, executor: futures.Executor) -> aio.Server:
+        server = aio.server(
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -83,24 +102,19 @@ class P4RuntimeServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        add_to_server(self.servicer, server)
+        add_to_server(self.servicer, server, executor)
         try:
             port = server.add_insecure_port(self.addr)
         except RuntimeError as error:
-            server.stop(None)
-            executor.shutdown(wait=False)
+            await server.stop(None)
             raise UserError(f"cannot serve P4Runtime on {self.addr}: {error}") from None
         if port == 0:
-            server.stop(None)
-            executor.shutdown(wait=False)
+            await server.stop(None)
             raise UserError(f"cannot serve P4Runtime on {self.addr}: address unavailable")
         host = self.addr.rsplit(":", 1)[0]
         self.addr = f"{host}:{port}"
-        if serves_every_network(self.addr):
-            log.warning("%s", every_network_warning(self.addr))
-        server.start()
-        self._server = server
-        self._executor = executor
+        await server.start()
+        return server
 
     def stop(self, grace_s: float | None = 1.0) -> None:
         """End every stream, then stop serving; waits for in-flight RPCs up to ``grace_s``."""
@@ -108,10 +122,21 @@ class P4RuntimeServer:
         if server is None:
             return
         self.servicer.arbitrator.close_all()
-        server.stop(grace_s).wait()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(server.stop(grace_s), self._loop).result()
+        self._end_loop()
+
+    def _end_loop(self) -> None:
+        """Stop the event loop and its thread, then the workers (after their last task)."""
+        loop, thread, executor = self._loop, self._thread, self._executor
+        self._loop = self._thread = self._executor = None
+        if loop is not None and thread is not None:
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     def __enter__(self) -> P4RuntimeServer:
         self.start()
@@ -124,3 +149,12 @@ class P4RuntimeServer:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+async def _cancel_tasks() -> None:
+    """Cancel what still runs on the loop (handlers of calls the server stop cut off)."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

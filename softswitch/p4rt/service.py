@@ -7,15 +7,19 @@ parallel reads, which a software switch does not need.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from google.rpc import status_pb2
+from grpc import aio
+from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt import encode
 from softswitch.p4rt.arbitration import (
@@ -26,6 +30,15 @@ from softswitch.p4rt.arbitration import (
 )
 from softswitch.p4rt.pipeline_config import PipelineConfigs, PipelineHost
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
+from softswitch.p4rt.rpc import (
+    REQUEST_TIMEOUT_S,
+    Aborted,
+    BlockingContext,
+    RpcContext,
+    end_with,
+    one_request,
+    run_blocking,
+)
 from softswitch.p4rt.status import (
     MESSAGE_LIMIT,
     P4RuntimeError,
@@ -48,17 +61,15 @@ P4RUNTIME_API_VERSION = "1.4.1"
 # Entities per ReadResponse message: keeps each reply well below gRPC's 4 MiB default.
 READ_CHUNK_ENTITIES = 1000
 
-# StreamChannels open at once, every role together. Each holds a server thread for its
-# life: past this a new stream is refused at once, instead of waiting for a thread that
-# the other RPCs need too.
+# StreamChannels open at once, every role together; past this a new stream is refused.
 MAX_STREAMS = 16
 
 # A stream must arbitrate this soon after it opens, or it is ended: a connection that
 # only holds a stream open must not keep a slot from a controller.
 ARBITRATION_TIMEOUT_S = 10.0
 
-# Reads served at once. A client that takes its reply slowly holds a thread until it has
-# it all; past this a Read is refused, so that Writes always find a thread.
+# Reads served at once. A client that takes its reply slowly holds the reply's bytes
+# until it has it all; past this a Read is refused.
 MAX_READS = 4
 
 _Request = TypeVar("_Request", bound=Message)
@@ -72,12 +83,13 @@ class Slots:
         self._free = threading.BoundedSemaphore(limit)
         self._refusal = f"too many {what} (limit {limit}); {advice}"
 
-    def serve(self, context: grpc.ServicerContext, replies: Iterator[_Reply]) -> Iterator[_Reply]:
-        """``replies``, holding a slot until they end; RESOURCE_EXHAUSTED if none is free."""
+    @contextlib.asynccontextmanager
+    async def held(self, context: aio.ServicerContext) -> AsyncIterator[None]:
+        """A slot for the body of the ``async with``; RESOURCE_EXHAUSTED if none is free."""
         if not self._free.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
         try:
-            yield from replies
+            yield
         finally:
             self._free.release()
 
@@ -89,7 +101,7 @@ WriteRequest = p4runtime_pb2.WriteRequest
 ATOMICITY_SUPPORTED = (WriteRequest.CONTINUE_ON_ERROR, WriteRequest.ROLLBACK_ON_ERROR)
 
 
-class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
+class P4RuntimeServicer:
     """Serves one device (``device_id``) backed by ``switch``."""
 
     def __init__(
@@ -97,6 +109,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         switch: PipelineHost,
         device_id: int,
         arbitration_timeout_s: float = ARBITRATION_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         """Serve ``device_id``; register with :func:`add_to_server` (requests come as raw
         bytes, parsed here, so that bad ones get INVALID_ARGUMENT)."""
@@ -105,13 +118,14 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.configs = PipelineConfigs(switch)
         self.state_lock = threading.Lock()
         self.arbitration_timeout_s = arbitration_timeout_s
+        self.request_timeout_s = request_timeout_s
         self._stream_slots = Slots(MAX_STREAMS, "open streams", "close one and try again")
         self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
 
     # ------------------------------------------------------------------ Write
 
     def Write(
-        self, request: bytes | p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
+        self, request: bytes | p4runtime_pb2.WriteRequest, context: RpcContext
     ) -> p4runtime_pb2.WriteResponse:
         """Apply a batch; the server hands the raw bytes here (see ``wire``)."""
         try:
@@ -165,15 +179,33 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ Read
 
-    def Read(
-        self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
-    ) -> Iterator[bytes]:
-        """Stream the selected entities; replies go out as wire bytes (see ``encode``)."""
-        yield from self._read_slots.serve(context, self._read(request, context))
+    async def Read(self, context: aio.ServicerContext, executor: Executor) -> None:
+        """Send the selected entities as wire bytes (see ``encode``), then any batch error.
 
-    def _read(
-        self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext
-    ) -> Iterator[bytes]:
+        The entities are gathered on a worker thread under the state lock; the replies go
+        out from the event loop, at the pace the client takes them."""
+        data = await one_request(context, self.request_timeout_s)
+        async with self._read_slots.held(context):
+
+            def gather(blocking: RpcContext) -> tuple[list[bytes], status_pb2.Status | None]:
+                request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
+                return self.read_replies(request, blocking)
+
+            replies, failure = await run_blocking(executor, context, gather)
+            for reply in replies:
+                await context.write(reply)
+            if failure is not None:
+                blocking = BlockingContext(context.peer())
+                try:
+                    abort_with_batch_status(blocking, failure)
+                except Aborted as aborted:
+                    await end_with(context, aborted)
+
+    def read_replies(
+        self, request: p4runtime_pb2.ReadRequest, context: RpcContext
+    ) -> tuple[list[bytes], status_pb2.Status | None]:
+        """The ReadResponse messages (wire bytes) for ``request``, and the batch status to
+        end with when some of its entities failed."""
         results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
         budget = ReplyBudget()
@@ -200,20 +232,22 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
                             errors.append(internal(error))
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
-        for start in range(0, len(results), READ_CHUNK_ENTITIES):
-            yield encode.read_response(results[start : start + READ_CHUNK_ENTITIES])
+        replies = [
+            encode.read_response(results[start : start + READ_CHUNK_ENTITIES])
+            for start in range(0, len(results), READ_CHUNK_ENTITIES)
+        ]
+        failure = None
         if any(error is not None for error in errors):
             count = sum(error is not None for error in errors)
-            abort_with_batch_status(
-                context, batch_status(f"{count} of {len(errors)} read requests failed", errors)
-            )
+            failure = batch_status(f"{count} of {len(errors)} read requests failed", errors)
+        return replies, failure
 
     # ------------------------------------------------------------------ pipeline config
 
     def SetForwardingPipelineConfig(
         self,
         request: p4runtime_pb2.SetForwardingPipelineConfigRequest,
-        context: grpc.ServicerContext,
+        context: RpcContext,
     ) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
         election_id = (
             election_id_value(request.election_id) if request.HasField("election_id") else None
@@ -231,7 +265,7 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def GetForwardingPipelineConfig(
         self,
         request: p4runtime_pb2.GetForwardingPipelineConfigRequest,
-        context: grpc.ServicerContext,
+        context: RpcContext,
     ) -> p4runtime_pb2.GetForwardingPipelineConfigResponse:
         try:
             if request.device_id != self.device_id:
@@ -248,87 +282,81 @@ class P4RuntimeServicer(p4runtime_pb2_grpc.P4RuntimeServicer):
     # ------------------------------------------------------------------ Capabilities
 
     def Capabilities(
-        self, request: p4runtime_pb2.CapabilitiesRequest, context: grpc.ServicerContext
+        self, request: p4runtime_pb2.CapabilitiesRequest, context: RpcContext
     ) -> p4runtime_pb2.CapabilitiesResponse:
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=P4RUNTIME_API_VERSION)
 
     # ------------------------------------------------------------------ StreamChannel
 
-    def StreamChannel(
-        self,
-        request_iterator: Iterator[p4runtime_pb2.StreamMessageRequest],
-        context: grpc.ServicerContext,
-    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
-        """Send what the stream's outbox holds; a reader thread handles what the client sends.
+    async def StreamChannel(
+        self, requests: AsyncIterator[bytes], context: aio.ServicerContext
+    ) -> None:
+        """Send what the stream's outbox holds while a task handles what the client sends.
 
         Arbitration changes on other streams must reach this client while it is silent,
-        hence the outbox rather than answering request by request.
-        """
-        yield from self._stream_slots.serve(context, self._serve_stream(request_iterator, context))
+        hence the outbox rather than answering request by request. Neither side holds a
+        thread: a silent or slow client costs only its slot."""
+        async with self._stream_slots.held(context):
+            stream = ClientStream(peer=context.peer())
+            reader = asyncio.create_task(self._read_stream(stream, requests))
+            try:
+                await self._send_stream(stream, context)
+            finally:
+                reader.cancel()
+                self.arbitrator.remove(stream)
+                stream.end()
 
-    def _serve_stream(
-        self,
-        request_iterator: Iterator[p4runtime_pb2.StreamMessageRequest],
-        context: grpc.ServicerContext,
-    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
-        stream = ClientStream(peer=context.peer())
+    async def _send_stream(self, stream: ClientStream, context: aio.ServicerContext) -> None:
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
 
-        def on_rpc_done() -> None:
-            self.arbitrator.remove(stream)
-            stream.end()
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(ready.set)
 
-        context.add_callback(on_rpc_done)
-        reader = threading.Thread(
-            target=self._read_stream,
-            args=(stream, request_iterator),
-            name="p4rt-stream-reader",
-            daemon=True,
-        )
-        reader.start()
-        arbitrate_by_s = time.monotonic() + self.arbitration_timeout_s
+        stream.on_send = wake
+        arbitrate_by_s = loop.time() + self.arbitration_timeout_s
+        while True:
+            ready.clear()
+            item = stream.poll()
+            if item is None:
+                wait_s = None if stream.role is not None else arbitrate_by_s - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ready.wait(), wait_s)
+                if stream.role is None and loop.time() >= arbitrate_by_s and not ready.is_set():
+                    await context.abort(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        "no MasterArbitrationUpdate within "
+                        f"{self.arbitration_timeout_s:g} s of opening the stream: "
+                        "a client arbitrates first",
+                    )
+                continue
+            if isinstance(item, StreamClosed):
+                if item.error is not None:
+                    await context.abort(item.error.code, item.error.message)
+                return
+            await context.write(item)
+
+    async def _read_stream(self, stream: ClientStream, requests: AsyncIterator[bytes]) -> None:
+        ending = StreamClosed()
         try:
-            while True:
-                wait_s = None
-                if stream.role is None:
-                    wait_s = max(0.0, arbitrate_by_s - time.monotonic())
-                item = stream.receive(wait_s)
-                if item is None:
-                    if stream.role is None:
-                        context.abort(
-                            grpc.StatusCode.FAILED_PRECONDITION,
-                            "no MasterArbitrationUpdate within "
-                            f"{self.arbitration_timeout_s:g} s of opening the stream: "
-                            "a client arbitrates first",
-                        )
-                    continue
-                if isinstance(item, StreamClosed):
-                    if item.error is not None:
-                        context.abort(item.error.code, item.error.message)
+            async for data in requests:
+                try:
+                    request = parse_message(p4runtime_pb2.StreamMessageRequest, data)
+                except DecodeError as error:
+                    ending = StreamClosed(
+                        invalid(f"a StreamMessageRequest cannot be parsed: {error}")
+                    )
                     return
-                yield item
-        finally:
-            stream.end()
-
-    def _read_stream(
-        self, stream: ClientStream, requests: Iterator[p4runtime_pb2.StreamMessageRequest]
-    ) -> None:
-        try:
-            for request in requests:
-                error = self._handle_stream_request(stream, request)
-                if error is not None:
-                    self.arbitrator.remove(stream)
-                    stream.send(StreamClosed(error))
+                refusal = self._handle_stream_request(stream, request)
+                if refusal is not None:
+                    ending = StreamClosed(refusal)
                     return
-        except DecodeError as error:
-            self.arbitrator.remove(stream)
-            stream.send(StreamClosed(invalid(f"a StreamMessageRequest cannot be parsed: {error}")))
-        except grpc.RpcError as error:
-            # The client went away; the RPC-done callback cleans up. grpc's error sits in
-            # a reference cycle: its traceback must not keep this frame and stream alive.
-            error.__traceback__ = None
+        except (grpc.RpcError, aio.AioRpcError, aio.UsageError):
+            pass  # the client went away; StreamChannel cleans up
         finally:
             self.arbitrator.remove(stream)
-            stream.send(StreamClosed())
+            stream.send(ending)
 
     def _handle_stream_request(
         self, stream: ClientStream, request: p4runtime_pb2.StreamMessageRequest
@@ -381,79 +409,82 @@ def _roll_back(
     return outcome
 
 
+def parse_or_abort(message_type: type[_Request], data: bytes, context: RpcContext) -> _Request:
+    """``data`` as a ``message_type``; bytes that are none get INVALID_ARGUMENT (gRPC's own
+    parsing would answer INTERNAL and log a traceback)."""
+    try:
+        return parse_message(message_type, data)
+    except DecodeError as error:
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            shorten(f"the {message_type.DESCRIPTOR.name} cannot be parsed: {error}", MESSAGE_LIMIT),
+        )
+
+
+def _unary(
+    servicer: P4RuntimeServicer,
+    executor: Executor,
+    method: Callable[[bytes, RpcContext], _Reply],
+    reply_type: type[Message],
+) -> grpc.RpcMethodHandler:
+    """``method`` served from its request's raw bytes, read under the request deadline."""
+
+    async def serve(requests: AsyncIterator[bytes], context: aio.ServicerContext) -> _Reply:
+        data = await one_request(context, servicer.request_timeout_s)
+        return await run_blocking(executor, context, lambda blocking: method(data, blocking))
+
+    return grpc.stream_unary_rpc_method_handler(
+        serve, request_deserializer=None, response_serializer=reply_type.SerializeToString
+    )
+
+
 def _parsed(
-    message_type: type[_Request], method: Callable[[_Request, grpc.ServicerContext], object]
-) -> Callable[[bytes, grpc.ServicerContext], object]:
-    """``method`` taking a request's raw bytes: bytes that are no ``message_type`` get
-    INVALID_ARGUMENT (gRPC's own parsing would answer INTERNAL and log a traceback)."""
+    message_type: type[_Request], method: Callable[[_Request, RpcContext], _Reply]
+) -> Callable[[bytes, RpcContext], _Reply]:
+    """``method`` taking a request's raw bytes (see :func:`parse_or_abort`)."""
 
-    def handler(data: bytes, context: grpc.ServicerContext) -> object:
-        try:
-            request = parse_message(message_type, data)
-        except DecodeError as error:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                shorten(
-                    f"the {message_type.DESCRIPTOR.name} cannot be parsed: {error}", MESSAGE_LIMIT
-                ),
-            )
-        return method(request, context)
+    def handler(data: bytes, context: RpcContext) -> _Reply:
+        return method(parse_or_abort(message_type, data, context), context)
 
     return handler
 
 
-def _parsed_stream(
-    method: Callable[
-        [Iterator[p4runtime_pb2.StreamMessageRequest], grpc.ServicerContext],
-        Iterator[p4runtime_pb2.StreamMessageResponse],
-    ],
-) -> Callable[[Iterator[bytes], grpc.ServicerContext], object]:
-    """``method`` taking the stream's raw messages; one that does not parse raises
-    DecodeError in the stream's reader, which ends the stream with INVALID_ARGUMENT."""
-
-    def handler(
-        data: Iterator[bytes], context: grpc.ServicerContext
-    ) -> Iterator[p4runtime_pb2.StreamMessageResponse]:
-        requests = (parse_message(p4runtime_pb2.StreamMessageRequest, item) for item in data)
-        return method(requests, context)
-
-    return handler
-
-
-def add_to_server(servicer: P4RuntimeServicer, server: grpc.Server) -> None:
-    """Register the P4Runtime service: requests arrive as raw bytes (Write splits its
-    own, the rest are parsed by :func:`_parsed`); Read sends raw wire bytes."""
+def add_to_server(servicer: P4RuntimeServicer, server: aio.Server, executor: Executor) -> None:
+    """Register the P4Runtime service on an asyncio server; blocking work runs on
+    ``executor``. Requests arrive as raw bytes (Write splits its own, the rest are
+    parsed by :func:`parse_or_abort`); Read sends raw wire bytes."""
     pb = p4runtime_pb2
+
+    async def read(requests: AsyncIterator[bytes], context: aio.ServicerContext) -> None:
+        await servicer.Read(context, executor)
+
     handlers = {
-        "Write": grpc.unary_unary_rpc_method_handler(
-            servicer.Write,
-            request_deserializer=None,
-            response_serializer=pb.WriteResponse.SerializeToString,
+        "Write": _unary(servicer, executor, servicer.Write, pb.WriteResponse),
+        "Read": grpc.stream_stream_rpc_method_handler(
+            read, request_deserializer=None, response_serializer=None
         ),
-        "Read": grpc.unary_stream_rpc_method_handler(
-            _parsed(pb.ReadRequest, servicer.Read),
-            request_deserializer=None,
-            response_serializer=None,
-        ),
-        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+        "SetForwardingPipelineConfig": _unary(
+            servicer,
+            executor,
             _parsed(pb.SetForwardingPipelineConfigRequest, servicer.SetForwardingPipelineConfig),
-            request_deserializer=None,
-            response_serializer=pb.SetForwardingPipelineConfigResponse.SerializeToString,
+            pb.SetForwardingPipelineConfigResponse,
         ),
-        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+        "GetForwardingPipelineConfig": _unary(
+            servicer,
+            executor,
             _parsed(pb.GetForwardingPipelineConfigRequest, servicer.GetForwardingPipelineConfig),
-            request_deserializer=None,
-            response_serializer=pb.GetForwardingPipelineConfigResponse.SerializeToString,
+            pb.GetForwardingPipelineConfigResponse,
         ),
         "StreamChannel": grpc.stream_stream_rpc_method_handler(
-            _parsed_stream(servicer.StreamChannel),
+            servicer.StreamChannel,
             request_deserializer=None,
             response_serializer=pb.StreamMessageResponse.SerializeToString,
         ),
-        "Capabilities": grpc.unary_unary_rpc_method_handler(
+        "Capabilities": _unary(
+            servicer,
+            executor,
             _parsed(pb.CapabilitiesRequest, servicer.Capabilities),
-            request_deserializer=None,
-            response_serializer=pb.CapabilitiesResponse.SerializeToString,
+            pb.CapabilitiesResponse,
         ),
     }
     server.add_generic_rpc_handlers(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
+
+from softswitch.p4rt.rpc import RpcContext
 
 # The gRPC trailer that carries a serialised google.rpc.Status (what C++ servers send
 # through grpc::Status::binary_error_details).
@@ -91,7 +94,7 @@ def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> statu
     return status_pb2.Status(code=code_pb2.UNKNOWN, message=message, details=details)
 
 
-def abort_with_batch_status(context: grpc.ServicerContext, status: status_pb2.Status) -> None:
+def abort_with_batch_status(context: RpcContext, status: status_pb2.Status) -> NoReturn:
     """End the RPC with UNKNOWN and the binary details trailer (raises, like ``abort``)."""
     context.set_trailing_metadata(((STATUS_DETAILS_KEY, status.SerializeToString()),))
     context.abort(grpc.StatusCode.UNKNOWN, status.message)
