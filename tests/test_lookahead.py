@@ -611,3 +611,54 @@ def test_a_killed_search_process_is_replaced_at_the_next_arrival() -> None:
     finally:
         policy.close()
     assert not first.alive
+
+
+def test_a_stage_end_without_an_arrival_searches_with_its_own_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import control.policies.lookahead as lookahead
+
+    real_search = lookahead.search
+    searches: list[tuple[tuple[int, ...], int]] = []
+
+    def recording(job: SearchJob) -> lookahead.SearchResult:
+        result = real_search(job)
+        searches.append((job.new, result.simulations))
+        return result
+
+    monkeypatch.setattr(lookahead, "search", recording)
+    workload = instance(4)
+    simulate(workload, LookaheadPolicy(evals=5, stage_evals=2), SimConfig())
+    at_stage_ends = [simulations for new, simulations in searches if not new]
+    assert len(at_stage_ends) > 5
+    assert max(at_stage_ends) == 3  # the present order's score and two moves
+    searches.clear()
+    simulate(workload, LookaheadPolicy(evals=5), SimConfig())
+    assert searches and all(new for new, _ in searches)
+
+
+def test_a_background_lookahead_searches_again_when_a_stage_ends() -> None:
+    both = two_experiment_snapshot()
+    one_left = replace(
+        both,
+        coflows=both.coflows[1:],
+        experiments={1: both.experiments[1]},
+    )
+    for stage_evals, searches_again in ((2, True), (0, False)):
+        returned = threading.Event()
+        policy = LookaheadPolicy(stage_evals=stage_evals)
+        policy.search_in_background(returned.set)
+        try:
+            policy.rank(both)
+            assert returned.wait(60)
+            returned.clear()
+            policy.rank(both)
+            assert not policy.pending
+            policy.rank(one_left)  # experiment 0's stage, its last, has ended
+            assert policy.pending == searches_again
+            if searches_again:
+                assert returned.wait(60)
+                policy.rank(one_left)
+                assert not policy.pending and policy.order == (1,)
+        finally:
+            policy.close()

@@ -141,6 +141,8 @@ class SearchSettings:
     run_tail_weight: float = 0.0
     run_tail_stages: int = 2
     sincronia_rival: bool = False
+    stage_evals: int = 0
+    """Improving simulations at a stage's end, where no experiment arrived (0: none)."""
 
     def objective(
         self,
@@ -246,7 +248,8 @@ def search(job: SearchJob) -> SearchResult:
         return scores[order]
 
     placed = insert_best(cost, job.order, job.new, settings.max_simulations)
-    best = improve(cost, placed, budget=settings.evals, window=settings.window, rng=rng)
+    budget = settings.evals if job.new else settings.stage_evals
+    best = improve(cost, placed, budget=budget, window=settings.window, rng=rng)
     follow = False
     if settings.sincronia_rival and reference is not None:
         sincronia_cost = settings.objective(reference, job.ages_s, reference, job.finished_sct_s)
@@ -307,6 +310,7 @@ class LookaheadPolicy(BasePolicy):
         # Divides the sum of the largest SCTs, and each ranking keeps that many.
         "run_tail_stages": Knob("int", 1, 1000),
         "sincronia_rival": Knob("bool"),
+        "stage_evals": Knob("int"),
     }
     """What each constructor argument may be (a spec's ``beamer-lookahead:knob=value``)."""
 
@@ -324,6 +328,7 @@ class LookaheadPolicy(BasePolicy):
         run_tail_weight: float = 0.0,
         run_tail_stages: int = 2,
         sincronia_rival: bool = False,
+        stage_evals: int = 0,
     ) -> None:
         check_knobs(LookaheadPolicy.knobs, locals())
         self.settings = SearchSettings(
@@ -337,6 +342,7 @@ class LookaheadPolicy(BasePolicy):
             run_tail_weight=run_tail_weight,
             run_tail_stages=run_tail_stages,
             sincronia_rival=sincronia_rival,
+            stage_evals=stage_evals,
         )
         self.max_present = max_present
         self.rule: BasePolicy = chosen_beamer()
@@ -368,8 +374,9 @@ class LookaheadPolicy(BasePolicy):
         """The largest SCTs of the stages finished so far (a min-heap of at most k)."""
 
     def rank(self, snapshot: Snapshot) -> Ranking:
-        if self.settings.run_tail_weight > 0.0:
-            self._note_finished_stages(snapshot)
+        stage_ended = False
+        if self.settings.run_tail_weight > 0.0 or self.settings.stage_evals > 0:
+            stage_ended = self._note_finished_stages(snapshot)
         present = set(snapshot.experiments) | {c.key.experiment_id for c in snapshot.coflows}
         if len(present) > self.max_present:
             self._present = set()
@@ -377,8 +384,8 @@ class LookaheadPolicy(BasePolicy):
         new = sorted(present - self._present)
         self._present = present
         if self._worker is not None:
-            return self._rank_in_background(snapshot, present, new)
-        if new:
+            return self._rank_in_background(snapshot, present, new, stage_ended)
+        if new or (stage_ended and self.settings.stage_evals > 0):
             self._set_order(self._search_now(snapshot, present, new))
         return self._current_ranker().rank(snapshot)
 
@@ -400,8 +407,9 @@ class LookaheadPolicy(BasePolicy):
         """The largest SCTs of the stages seen to finish, largest first (run-tail term)."""
         return tuple(sorted(self._finished_sct_s, reverse=True))
 
-    def _note_finished_stages(self, snapshot: Snapshot) -> None:
-        """Record the SCT of each stage that finished since the last ranking. A stage ends
+    def _note_finished_stages(self, snapshot: Snapshot) -> bool:
+        """Record the SCT of each stage that finished since the last ranking, and say
+        whether one did. A stage ends
         where its successor is released, so that release is its end; an experiment that
         has left ended by ``now_s`` (exact in the simulator, which ranks at every
         stage's end; at most one ranking late in a controller)."""
@@ -409,10 +417,12 @@ class LookaheadPolicy(BasePolicy):
         for experiment_id, state in snapshot.experiments.items():
             stage_id = state.experiment.stages[state.stage_index].stage_id
             running[experiment_id] = (stage_id, state.stage_release_s)
+        ended = False
         for experiment_id, (stage_id, release_s) in self._running.items():
             now = running.get(experiment_id)
             if now == (stage_id, release_s):
                 continue
+            ended = True
             end_s = snapshot.now_s if now is None else now[1]
             sct_s = max(0.0, end_s - release_s)
             if len(self._finished_sct_s) < self.settings.run_tail_stages:
@@ -420,6 +430,7 @@ class LookaheadPolicy(BasePolicy):
             else:
                 heapq.heappushpop(self._finished_sct_s, sct_s)
         self._running = running
+        return ended
 
     def _set_order(self, order: Order) -> None:
         if order != self._order:
@@ -488,7 +499,7 @@ class LookaheadPolicy(BasePolicy):
         self._worker.submit(job)
 
     def _rank_in_background(
-        self, snapshot: Snapshot, present: set[int], new: Sequence[int]
+        self, snapshot: Snapshot, present: set[int], new: Sequence[int], stage_ended: bool
     ) -> Ranking:
         assert self._worker is not None
         order = tuple(e for e in self._order if e in present)
@@ -511,6 +522,9 @@ class LookaheadPolicy(BasePolicy):
             self._searching = frozenset(self._unsearched)
             self._unsearched = set()
             self._submit(job)
+        elif stage_ended and self.settings.stage_evals > 0 and self._searching is None:
+            self._searching = frozenset()
+            self._submit(self._job(snapshot, order, ()))
         self._set_order(order)
         return self._current_ranker().rank(snapshot)
 
