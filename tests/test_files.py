@@ -114,11 +114,13 @@ def test_every_user_file_is_read_only_when_it_is_a_regular_file_within_the_limit
     from control.topology import load_topology
     from softswitch.frontend.preprocess import read_program
 
-    with pytest.raises(UserError, match=r"^/dev/zero: is a character device, not a file$"):
+    with pytest.raises(UserError, match=r"^/dev/zero: is a character device, not a topology file$"):
         load_topology(Path("/dev/zero"))
     fifo = tmp_path / "topo.fifo"
     os.mkfifo(fifo)
-    with pytest.raises(UserError, match=r"topo\.fifo: is a FIFO \(named pipe\), not a file$"):
+    with pytest.raises(
+        UserError, match=r"topo\.fifo: is a FIFO \(named pipe\), not a topology file$"
+    ):
         load_topology(fifo)
     with pytest.raises(UserError, match=r"topo\.fifo: is a FIFO \(named pipe\), not a P4 program$"):
         read_program(fifo)

@@ -43,11 +43,15 @@ class Served:
     others: list[StreamSession]
     channels: list[grpc.Channel]
 
-    def channel(self) -> grpc.Channel:
-        """A connection of its own (a client apart from the primary's)."""
-        channel = grpc.insecure_channel(
-            self.server.addr, options=[("grpc.max_receive_message_length", 1 << 30)]
-        )
+    def channel(self, *, fixed_window: bool = False) -> grpc.Channel:
+        """A connection of its own (a client apart from the primary's). With
+        ``fixed_window`` it keeps HTTP/2's initial 64 KiB receive window: gRPC otherwise
+        grows the window as data flows and takes megabytes of a reply the application
+        never reads."""
+        options: list[tuple[str, int]] = [("grpc.max_receive_message_length", 1 << 30)]
+        if fixed_window:
+            options.append(("grpc.http2.bdp_probe", 0))
+        channel = grpc.insecure_channel(self.server.addr, options=options)
         self.channels.append(channel)
         return channel
 
@@ -253,14 +257,15 @@ def test_requests_that_never_arrive_whole_hold_no_thread_and_are_ended(served: S
 
 def test_slow_readers_cannot_take_every_thread(served: Served) -> None:
     """A client that starts a large Read and does not take the reply holds a read slot
-    and the reply's bytes; past MAX_READS such Reads are refused, and Writes still get
-    through."""
+    until the server has sent it all; past MAX_READS such Reads are refused, so unread
+    replies cannot pile up in the server, and Writes still get through."""
     write(served, *(lpm_update(i) for i in range(16)))
     request = wildcard_read(8000)  # 128,000 entries: more than the transport buffers
     held: list[Iterator[p4runtime_pb2.ReadResponse]] = []
     refused = 0
     for _ in range(service.MAX_READS + 4):
-        replies = p4runtime_pb2_grpc.P4RuntimeStub(served.channel()).Read(request, timeout=60)
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(served.channel(fixed_window=True))
+        replies = stub.Read(request, timeout=60)
         try:
             next(replies)  # the first reply only; the rest waits in the server
             held.append(replies)
@@ -272,6 +277,16 @@ def test_slow_readers_cannot_take_every_thread(served: Served) -> None:
     write(served, class_update(3))
     for replies in held:
         replies.cancel()  # type: ignore[attr-defined]
+    # A cancelled read gives its slot back.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert len(list(served.stub.Read(wildcard_read(1), timeout=5))) > 0
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert time.monotonic() < deadline, "the slots of cancelled reads stay taken"
+            time.sleep(0.05)
 
 
 def test_a_read_whose_reply_is_too_large_is_refused_whole(

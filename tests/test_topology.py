@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -181,13 +180,6 @@ def test_bad_json_names_file_line_and_column(tmp_path: Path) -> None:
 def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"absent\.json: no such topology file"):
         load_topology(tmp_path / "absent.json")
-
-
-def test_a_fifo_is_refused_as_not_a_topology_file(tmp_path: Path) -> None:
-    path = tmp_path / "t.json"
-    os.mkfifo(path)  # no writer: opening it would block for ever
-    with pytest.raises(UserError, match=r"t\.json: is a FIFO \(named pipe\), not a topology file"):
-        load_topology(path)
 
 
 @pytest.mark.parametrize(

@@ -83,15 +83,14 @@ class Slots:
         self._free = threading.BoundedSemaphore(limit)
         self._refusal = f"too many {what} (limit {limit}); {advice}"
 
-    @contextlib.asynccontextmanager
-    async def held(self, context: aio.ServicerContext) -> AsyncIterator[None]:
-        """A slot for the body of the ``async with``; RESOURCE_EXHAUSTED if none is free."""
+    async def take(self, context: aio.ServicerContext) -> None:
+        """A slot until the RPC is over, RESOURCE_EXHAUSTED if none is free. Over means
+        the client has taken every reply or the call was cut off: gRPC buffers replies
+        the client has not read, and a slot held only while they are written would let
+        any number of unread replies pile up in memory."""
         if not self._free.acquire(blocking=False):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
-        try:
-            yield
-        finally:
-            self._free.release()
+        context.add_done_callback(lambda _: self._free.release())
 
 
 WriteRequest = p4runtime_pb2.WriteRequest
@@ -185,21 +184,21 @@ class P4RuntimeServicer:
         The entities are gathered on a worker thread under the state lock; the replies go
         out from the event loop, at the pace the client takes them."""
         data = await one_request(context, self.request_timeout_s)
-        async with self._read_slots.held(context):
+        await self._read_slots.take(context)
 
-            def gather(blocking: RpcContext) -> tuple[list[bytes], status_pb2.Status | None]:
-                request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
-                return self.read_replies(request, blocking)
+        def gather(blocking: RpcContext) -> tuple[list[bytes], status_pb2.Status | None]:
+            request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
+            return self.read_replies(request, blocking)
 
-            replies, failure = await run_blocking(executor, context, gather)
-            for reply in replies:
-                await context.write(reply)
-            if failure is not None:
-                blocking = BlockingContext(context.peer())
-                try:
-                    abort_with_batch_status(blocking, failure)
-                except Aborted as aborted:
-                    await end_with(context, aborted)
+        replies, failure = await run_blocking(executor, context, gather)
+        for reply in replies:
+            await context.write(reply)
+        if failure is not None:
+            blocking = BlockingContext(context.peer())
+            try:
+                abort_with_batch_status(blocking, failure)
+            except Aborted as aborted:
+                await end_with(context, aborted)
 
     def read_replies(
         self, request: p4runtime_pb2.ReadRequest, context: RpcContext
@@ -296,15 +295,15 @@ class P4RuntimeServicer:
         Arbitration changes on other streams must reach this client while it is silent,
         hence the outbox rather than answering request by request. Neither side holds a
         thread: a silent or slow client costs only its slot."""
-        async with self._stream_slots.held(context):
-            stream = ClientStream(peer=context.peer())
-            reader = asyncio.create_task(self._read_stream(stream, requests))
-            try:
-                await self._send_stream(stream, context)
-            finally:
-                reader.cancel()
-                self.arbitrator.remove(stream)
-                stream.end()
+        await self._stream_slots.take(context)
+        stream = ClientStream(peer=context.peer())
+        reader = asyncio.create_task(self._read_stream(stream, requests))
+        try:
+            await self._send_stream(stream, context)
+        finally:
+            reader.cancel()
+            self.arbitrator.remove(stream)
+            stream.end()
 
     async def _send_stream(self, stream: ClientStream, context: aio.ServicerContext) -> None:
         loop = asyncio.get_running_loop()
