@@ -33,7 +33,6 @@ from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.rpc import (
     REQUEST_TIMEOUT_S,
     Aborted,
-    BlockingContext,
     RpcContext,
     end_with,
     one_request,
@@ -44,6 +43,7 @@ from softswitch.p4rt.status import (
     P4RuntimeError,
     abort_with_batch_status,
     batch_status,
+    batch_trailer,
     internal,
     invalid,
     not_found,
@@ -194,11 +194,8 @@ class P4RuntimeServicer:
         for reply in replies:
             await context.write(reply)
         if failure is not None:
-            blocking = BlockingContext(context.peer())
-            try:
-                abort_with_batch_status(blocking, failure)
-            except Aborted as aborted:
-                await end_with(context, aborted)
+            trailer = batch_trailer(failure)
+            await end_with(context, Aborted(grpc.StatusCode.UNKNOWN, failure.message, trailer))
 
     def read_replies(
         self, request: p4runtime_pb2.ReadRequest, context: RpcContext
