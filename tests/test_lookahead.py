@@ -628,10 +628,12 @@ def test_a_stage_end_without_an_arrival_searches_with_its_own_budget(
 
     monkeypatch.setattr(lookahead, "search", recording)
     workload = instance(4)
-    simulate(workload, LookaheadPolicy(evals=5, stage_evals=2), SimConfig())
+    policy = LookaheadPolicy(evals=5, stage_evals=2)
+    simulate(workload, policy, SimConfig())
     at_stage_ends = [simulations for new, simulations in searches if not new]
     assert len(at_stage_ends) > 5
     assert max(at_stage_ends) == 3  # the present order's score and two moves
+    assert policy.finished_sct_s == ()  # no run-tail term, so no SCTs kept for it
     searches.clear()
     simulate(workload, LookaheadPolicy(evals=5), SimConfig())
     assert searches and all(new for new, _ in searches)

@@ -423,6 +423,8 @@ class LookaheadPolicy(BasePolicy):
             if now == (stage_id, release_s):
                 continue
             ended = True
+            if self.settings.run_tail_weight == 0.0:
+                continue  # only a stage-end search asked: the run-tail heap is not kept
             end_s = snapshot.now_s if now is None else now[1]
             sct_s = max(0.0, end_s - release_s)
             if len(self._finished_sct_s) < self.settings.run_tail_stages:
