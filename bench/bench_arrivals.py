@@ -19,7 +19,16 @@ search the same states and must end with the same order (``same_final_order``).
 Nothing finishes while the experiments pile up, so later arrivals search among more
 experiments than a running system holds: an upper bound on the search's cost.
 
-    python -m bench.bench_arrivals [--quick] [--arrivals 16] [--policy beamer-lookahead-p99]
+Then stages end: the first ``--stage-ends`` experiments with a stage left, in arrival
+order, each finish their running stage's coflows and start the next stage
+(``coflow_finished`` ... ``stage_completed``, ``stage_released``, ``trial_started``,
+``coflow_started``). The same three runs measure the slowest round trip of each stage
+end and, in the background, the time until a search the stage end started
+(``stage_evals``) is ranked; a lookahead without ``stage_evals`` searches at arrivals
+only, and its stage ends cost what the rule's do.
+
+    python -m bench.bench_arrivals [--quick] [--arrivals 16] [--stage-ends 8]
+        [--policy beamer-lookahead-p99]
 
 ``--policy`` names the lookahead searched (any ``beamer-lookahead`` variant); a larger
 search budget delays the searched order, not the reply.
@@ -82,12 +91,49 @@ def arrive(client: EventClient, experiment: Experiment) -> float:
     return slowest
 
 
-def run(mode: str, lookahead: str, experiments: list[Experiment], hosts: int) -> dict[str, Any]:
+def end_stage(client: EventClient, experiment: Experiment, stage_index: int) -> float:
+    """Finish stage ``stage_index`` of ``experiment`` (started by :func:`arrive` or by the
+    last call) and start the next; the slowest round trip (s)."""
+    experiment_id = experiment.experiment_id
+    ending, following = experiment.stages[stage_index], experiment.stages[stage_index + 1]
+    slowest = 0.0
+
+    def timed(send: Any, *args: Any) -> None:
+        nonlocal slowest
+        started = time.perf_counter()
+        send(*args)
+        slowest = max(slowest, time.perf_counter() - started)
+
+    for trial in ending.trials:
+        timed(client.coflow_finished, experiment_id, ending.stage_id, trial.trial_id, 0)
+        timed(client.trial_stopped, experiment_id, ending.stage_id, trial.trial_id)
+    timed(client.stage_completed, experiment_id, ending.stage_id)
+    timed(client.stage_released, experiment_id, following.stage_id)
+    for trial in following.trials:
+        timed(client.trial_started, experiment_id, following.stage_id, trial.trial_id)
+        timed(client.coflow_started, experiment_id, following.stage_id, trial.trial_id, 0)
+    return slowest
+
+
+def settle(policy: LookaheadPolicy, started: float) -> float:
+    """Wait until no background search is under way or due; seconds since ``started``."""
+    deadline = started + SETTLE_TIMEOUT_S
+    while policy.pending:
+        if time.perf_counter() > deadline:
+            raise RuntimeError("a background search did not return")
+        time.sleep(0.005)
+    return time.perf_counter() - started
+
+
+def run(
+    mode: str, lookahead: str, experiments: list[Experiment], stage_ends: int, hosts: int
+) -> dict[str, Any]:
     """One controller run in ``mode`` (``beamer``, ``background`` or ``in-place``), the
-    last two with the policy named ``lookahead``."""
+    last two with the policy named ``lookahead``: every arrival, then ``stage_ends``
+    stage ends."""
     policy, assign = load_policy("beamer" if mode == "beamer" else lookahead, 8)
     driven: Any = InPlace(policy) if mode == "in-place" else policy  # type: ignore[arg-type]
-    replies, settles = [], []
+    replies, settles, stage_replies, stage_settles = [], [], [], []
     with switch_process() as address:
         config = ControllerConfig(
             topology=topology(address, hosts),
@@ -106,20 +152,42 @@ def run(mode: str, lookahead: str, experiments: list[Experiment], hosts: int) ->
                     replies.append(arrive(client, experiment))
                     if mode == "background":
                         assert isinstance(policy, LookaheadPolicy)
-                        deadline = started + SETTLE_TIMEOUT_S
-                        while policy.pending:
-                            if time.perf_counter() > deadline:
-                                raise RuntimeError("a background search did not return")
-                            time.sleep(0.005)
-                        settles.append(time.perf_counter() - started)
+                        settles.append(settle(policy, started))
+                simulations_before = searched(policy)
+                for experiment in staged(experiments, stage_ends):
+                    started = time.perf_counter()
+                    stage_replies.append(end_stage(client, experiment, 0))
+                    if mode == "background":
+                        assert isinstance(policy, LookaheadPolicy)
+                        stage_settles.append(settle(policy, started))
+                stage_simulations = searched(policy) - simulations_before
         finally:
             events.stop()
             controller.stop()
     order = policy.order if isinstance(policy, LookaheadPolicy) else ()
-    return {"replies_s": replies, "settles_s": settles, "order": order}
+    return {
+        "replies_s": replies,
+        "settles_s": settles,
+        "stage_replies_s": stage_replies,
+        "stage_settles_s": stage_settles,
+        "stage_simulations": stage_simulations,
+        "order": order,
+    }
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+def searched(policy: Any) -> int:
+    """The simulations ``policy``'s searches have run so far (0 for the rule)."""
+    return policy.simulations if isinstance(policy, LookaheadPolicy) else 0
+
+
+def staged(experiments: list[Experiment], stage_ends: int) -> list[Experiment]:
+    """The first ``stage_ends`` of ``experiments`` with a second stage."""
+    return [e for e in experiments if len(e.stages) > 1][:stage_ends]
+
+
+def summary(samples: list[float]) -> dict[str, float] | None:
+    if not samples:
+        return None
     return {
         "p50_ms": round(statistics.median(samples) * 1e3, 3),
         "max_ms": round(max(samples) * 1e3, 3),
@@ -131,19 +199,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the first 4 arrivals only")
     parser.add_argument("--arrivals", type=int, default=16, help="experiments released")
     parser.add_argument(
+        "--stage-ends", type=int, default=8, help="stage ends after the arrivals (default 8)"
+    )
+    parser.add_argument(
         "--policy", default="beamer-lookahead", help="the lookahead (default beamer-lookahead)"
     )
     args = parser.parse_args()
     workload = mix_workload("default", 1)
     arrivals = 4 if args.quick else args.arrivals
+    stage_ends = 2 if args.quick else args.stage_ends
     if not 1 <= arrivals <= len(workload.experiments):
         raise UserError(f"--arrivals: {arrivals} is not between 1 and {len(workload.experiments)}")
+    if not 0 <= stage_ends <= arrivals:
+        raise UserError(f"--stage-ends: {stage_ends} is not between 0 and {arrivals} (--arrivals)")
     if not isinstance(policy_from_spec(args.policy), LookaheadPolicy):
         raise UserError(f"--policy: {args.policy!r} is not a beamer-lookahead variant")
     experiments = sorted(workload.experiments, key=lambda e: (e.arrival_s, e.experiment_id))
     chosen = experiments[:arrivals]
     modes = ("beamer", "background", "in-place")
-    runs = {mode: run(mode, args.policy, chosen, workload.num_hosts) for mode in modes}
+    runs = {mode: run(mode, args.policy, chosen, stage_ends, workload.num_hosts) for mode in modes}
     beamer = statistics.median(runs["beamer"]["replies_s"])
     emit(
         {
@@ -161,6 +235,17 @@ def main() -> None:
             "in_place_reply_over_beamer": round(
                 statistics.median(runs["in-place"]["replies_s"]) / beamer, 3
             ),
+            "stage_ends": len(runs["beamer"]["stage_replies_s"]),
+            "stage_end_reference_beamer_reply": summary(runs["beamer"]["stage_replies_s"]),
+            "stage_end_background_reply": summary(runs["background"]["stage_replies_s"]),
+            "stage_end_in_place_reply": summary(runs["in-place"]["stage_replies_s"]),
+            "stage_end_background_order_ranked_after": summary(
+                runs["background"]["stage_settles_s"]
+            ),
+            "stage_end_simulations": {
+                "background": runs["background"]["stage_simulations"],
+                "in_place": runs["in-place"]["stage_simulations"],
+            },
             "same_final_order": runs["background"]["order"] == runs["in-place"]["order"],
         }
     )

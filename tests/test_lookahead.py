@@ -533,17 +533,29 @@ def test_closing_ends_a_worker_in_the_middle_of_a_search() -> None:
     assert not worker._process.is_alive() and len(returned.outcomes) == 1
 
 
-@pytest.mark.parametrize("policy", ["beamer-lookahead", "beamer-lookahead-p99"])
+@pytest.mark.parametrize(
+    ("policy", "searches_at_stage_ends"),
+    [("beamer-lookahead", False), ("beamer-lookahead:evals=4;stage_evals=3", True)],
+)
 def test_quick_arrival_bench_ends_with_the_same_order_in_the_background_and_in_place(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], policy: str
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    policy: str,
+    searches_at_stage_ends: bool,
 ) -> None:
     monkeypatch.setattr("sys.argv", ["bench_arrivals", "--quick", "--policy", policy])
     bench_arrivals.main()
     report = json.loads(capsys.readouterr().out)
     assert report["policy"] == policy
     assert report["arrivals"] == 4 and report["same_final_order"] is True
+    assert report["stage_ends"] == 2
     for part in ("reference_beamer_reply", "background_reply", "in_place_reply"):
         assert 0 < report[part]["p50_ms"] <= report[part]["max_ms"]
+        stage_end = report[f"stage_end_{part}"]
+        assert 0 < stage_end["p50_ms"] <= stage_end["max_ms"]
+    simulations = report["stage_end_simulations"]
+    assert (simulations["background"] > 0) == searches_at_stage_ends
+    assert (simulations["in_place"] > 0) == searches_at_stage_ends
 
 
 def test_bad_arrival_count_is_one_line_and_exit_2(
