@@ -140,6 +140,10 @@ def test_lookahead_is_a_registered_policy() -> None:
             "beamer-lookahead-rival",
             "evals=20;run_tail_weight=2;run_tail_stages=3;sincronia_rival=true",
         ),
+        (
+            "beamer-lookahead-stages",
+            "evals=60;run_tail_weight=1;run_tail_stages=3;sincronia_rival=true;stage_evals=10",
+        ),
     ],
 )
 def test_the_registered_searches_are_their_held_out_specs(name: str, spec: str) -> None:

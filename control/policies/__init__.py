@@ -26,7 +26,12 @@ from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
 from control.policies.fifo import FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
-from control.policies.lookahead import LookaheadP99Policy, LookaheadPolicy, LookaheadRivalPolicy
+from control.policies.lookahead import (
+    LookaheadP99Policy,
+    LookaheadPolicy,
+    LookaheadRivalPolicy,
+    LookaheadStagesPolicy,
+)
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.varys import VarysPolicy
 
@@ -40,6 +45,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "beamer-lookahead": LookaheadPolicy,
     "beamer-lookahead-p99": LookaheadP99Policy,
     "beamer-lookahead-rival": LookaheadRivalPolicy,
+    "beamer-lookahead-stages": LookaheadStagesPolicy,
     "sincronia": SincroniaPolicy,
     "varys": VarysPolicy,
     "aalo": AaloPolicy,

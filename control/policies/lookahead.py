@@ -555,3 +555,18 @@ class LookaheadRivalPolicy(LookaheadP99Policy):
 
     name: ClassVar[str] = "beamer-lookahead-rival"
     preset: ClassVar[dict[str, Any]] = {**LookaheadP99Policy.preset, "sincronia_rival": True}
+
+
+class LookaheadStagesPolicy(LookaheadRivalPolicy):
+    """``beamer-lookahead-stages``: ``beamer-lookahead-rival`` with a budget of 60, half
+    its run-tail weight, and a search of 10 moves wherever a stage ends between arrivals
+    (``stage_evals``), each step chosen on tuning seeds by a rule fixed beforehand and
+    then held out in every setting (docs/results.md)."""
+
+    name: ClassVar[str] = "beamer-lookahead-stages"
+    preset: ClassVar[dict[str, Any]] = {
+        **LookaheadRivalPolicy.preset,
+        "evals": 60,
+        "run_tail_weight": 1.0,
+        "stage_evals": 10,
+    }
