@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from bench.bench_controller import BEAMER_P4, switch_process, topology
@@ -48,7 +49,7 @@ from control.controller import Controller, ControllerConfig
 from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
 from control.events import EventClient, EventServer
-from control.model import Experiment
+from control.model import Experiment, Stage
 from control.policies.base import Allocator, Ranking, Snapshot
 from control.policies.lookahead import LookaheadPolicy
 from control.policies.spec import policy_from_spec
@@ -71,48 +72,48 @@ class InPlace:
         return self.policy.rank(snapshot)
 
 
-def arrive(client: EventClient, experiment: Experiment) -> float:
-    """Release ``experiment`` and start its first stage; the slowest round trip (s)."""
-    experiment_id = experiment.experiment_id
-    first = experiment.stages[0]
-    slowest = 0.0
+class SlowestRoundTrip:
+    """Sends events and keeps the slowest round trip among them (s)."""
 
-    def timed(send: Any, *args: Any) -> None:
-        nonlocal slowest
+    def __init__(self) -> None:
+        self.slowest_s = 0.0
+
+    def __call__(self, send: Callable[..., object], *args: Any) -> None:
         started = time.perf_counter()
         send(*args)
-        slowest = max(slowest, time.perf_counter() - started)
+        self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
 
+
+def start_stage(
+    timed: SlowestRoundTrip, client: EventClient, experiment_id: int, stage: Stage
+) -> None:
+    """Release ``stage`` and start each of its trials' first coflow."""
+    timed(client.stage_released, experiment_id, stage.stage_id)
+    for trial in stage.trials:
+        timed(client.trial_started, experiment_id, stage.stage_id, trial.trial_id)
+        timed(client.coflow_started, experiment_id, stage.stage_id, trial.trial_id, 0)
+
+
+def arrive(client: EventClient, experiment: Experiment) -> float:
+    """Release ``experiment`` and start its first stage; the slowest round trip (s)."""
+    timed = SlowestRoundTrip()
     timed(client.experiment_released, experiment)
-    timed(client.stage_released, experiment_id, first.stage_id)
-    for trial in first.trials:
-        timed(client.trial_started, experiment_id, first.stage_id, trial.trial_id)
-        timed(client.coflow_started, experiment_id, first.stage_id, trial.trial_id, 0)
-    return slowest
+    start_stage(timed, client, experiment.experiment_id, experiment.stages[0])
+    return timed.slowest_s
 
 
 def end_stage(client: EventClient, experiment: Experiment, stage_index: int) -> float:
     """Finish stage ``stage_index`` of ``experiment`` (started by :func:`arrive` or by the
     last call) and start the next; the slowest round trip (s)."""
     experiment_id = experiment.experiment_id
-    ending, following = experiment.stages[stage_index], experiment.stages[stage_index + 1]
-    slowest = 0.0
-
-    def timed(send: Any, *args: Any) -> None:
-        nonlocal slowest
-        started = time.perf_counter()
-        send(*args)
-        slowest = max(slowest, time.perf_counter() - started)
-
+    ending = experiment.stages[stage_index]
+    timed = SlowestRoundTrip()
     for trial in ending.trials:
         timed(client.coflow_finished, experiment_id, ending.stage_id, trial.trial_id, 0)
         timed(client.trial_stopped, experiment_id, ending.stage_id, trial.trial_id)
     timed(client.stage_completed, experiment_id, ending.stage_id)
-    timed(client.stage_released, experiment_id, following.stage_id)
-    for trial in following.trials:
-        timed(client.trial_started, experiment_id, following.stage_id, trial.trial_id)
-        timed(client.coflow_started, experiment_id, following.stage_id, trial.trial_id, 0)
-    return slowest
+    start_stage(timed, client, experiment_id, experiment.stages[stage_index + 1])
+    return timed.slowest_s
 
 
 def settle(policy: LookaheadPolicy, started: float) -> float:
