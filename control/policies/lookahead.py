@@ -408,8 +408,8 @@ class LookaheadPolicy(BasePolicy):
         return tuple(sorted(self._finished_sct_s, reverse=True))
 
     def _note_finished_stages(self, snapshot: Snapshot) -> bool:
-        """Record the SCT of each stage that finished since the last ranking, and say
-        whether one did. A stage ends
+        """Say whether a stage finished since the last ranking, and record each such
+        stage's SCT when the run-tail term is on. A stage ends
         where its successor is released, so that release is its end; an experiment that
         has left ended by ``now_s`` (exact in the simulator, which ranks at every
         stage's end; at most one ranking late in a controller)."""
