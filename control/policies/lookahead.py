@@ -377,6 +377,7 @@ class LookaheadPolicy(BasePolicy):
         stage_ended = False
         if self.settings.run_tail_weight > 0.0 or self.settings.stage_evals > 0:
             stage_ended = self._note_finished_stages(snapshot)
+        search_stage_end = stage_ended and self.settings.stage_evals > 0
         present = set(snapshot.experiments) | {c.key.experiment_id for c in snapshot.coflows}
         if len(present) > self.max_present:
             self._present = set()
@@ -384,8 +385,8 @@ class LookaheadPolicy(BasePolicy):
         new = sorted(present - self._present)
         self._present = present
         if self._worker is not None:
-            return self._rank_in_background(snapshot, present, new, stage_ended)
-        if new or (stage_ended and self.settings.stage_evals > 0):
+            return self._rank_in_background(snapshot, present, new, search_stage_end)
+        if new or search_stage_end:
             self._set_order(self._search_now(snapshot, present, new))
         return self._current_ranker().rank(snapshot)
 
@@ -501,7 +502,7 @@ class LookaheadPolicy(BasePolicy):
         self._worker.submit(job)
 
     def _rank_in_background(
-        self, snapshot: Snapshot, present: set[int], new: Sequence[int], stage_ended: bool
+        self, snapshot: Snapshot, present: set[int], new: Sequence[int], search_stage_end: bool
     ) -> Ranking:
         assert self._worker is not None
         order = tuple(e for e in self._order if e in present)
@@ -524,7 +525,7 @@ class LookaheadPolicy(BasePolicy):
             self._searching = frozenset(self._unsearched)
             self._unsearched = set()
             self._submit(job)
-        elif stage_ended and self.settings.stage_evals > 0 and self._searching is None:
+        elif search_stage_end and self._searching is None:
             self._searching = frozenset()
             self._submit(self._job(snapshot, order, ()))
         self._set_order(order)
