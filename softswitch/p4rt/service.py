@@ -32,7 +32,6 @@ from softswitch.p4rt.pipeline_config import PipelineConfigs, PipelineHost
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.rpc import (
     REQUEST_TIMEOUT_S,
-    Aborted,
     RpcContext,
     end_with,
     one_request,
@@ -42,8 +41,8 @@ from softswitch.p4rt.status import (
     MESSAGE_LIMIT,
     P4RuntimeError,
     abort_with_batch_status,
+    batch_aborted,
     batch_status,
-    batch_trailer,
     internal,
     invalid,
     not_found,
@@ -194,8 +193,7 @@ class P4RuntimeServicer:
         for reply in replies:
             await context.write(reply)
         if failure is not None:
-            trailer = batch_trailer(failure)
-            await end_with(context, Aborted(grpc.StatusCode.UNKNOWN, failure.message, trailer))
+            await end_with(context, batch_aborted(failure))
 
     def read_replies(
         self, request: p4runtime_pb2.ReadRequest, context: RpcContext

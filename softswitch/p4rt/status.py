@@ -10,7 +10,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
 
-from softswitch.p4rt.rpc import Metadata, RpcContext
+from softswitch.p4rt.rpc import Aborted, RpcContext
 
 # The gRPC trailer that carries a serialised google.rpc.Status (what C++ servers send
 # through grpc::Status::binary_error_details).
@@ -94,12 +94,15 @@ def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> statu
     return status_pb2.Status(code=code_pb2.UNKNOWN, message=message, details=details)
 
 
-def batch_trailer(status: status_pb2.Status) -> Metadata:
-    """The binary details trailer that carries a batch's per-update errors."""
-    return ((STATUS_DETAILS_KEY, status.SerializeToString()),)
+def batch_aborted(status: status_pb2.Status) -> Aborted:
+    """The end of an RPC whose batch failed in part: UNKNOWN, with the binary details
+    trailer that carries each update's or entity's error."""
+    trailer = ((STATUS_DETAILS_KEY, status.SerializeToString()),)
+    return Aborted(grpc.StatusCode.UNKNOWN, status.message, trailer)
 
 
 def abort_with_batch_status(context: RpcContext, status: status_pb2.Status) -> NoReturn:
-    """End the RPC with UNKNOWN and the binary details trailer (raises, like ``abort``)."""
-    context.set_trailing_metadata(batch_trailer(status))
-    context.abort(grpc.StatusCode.UNKNOWN, status.message)
+    """End the RPC as :func:`batch_aborted` says (raises, like ``abort``)."""
+    aborted = batch_aborted(status)
+    context.set_trailing_metadata(aborted.trailing or ())
+    context.abort(aborted.code, aborted.details)
