@@ -468,7 +468,7 @@ class FastSimulation(Simulation):
         The classes above it have the same entries and the same capacities as in the
         last allocation, hence the same rates (the same arithmetic); the filling
         restarts from the residual capacities recorded at that class's start."""
-        order, starts, position, src_sorted, dst_sorted, mult_sorted = classes[:6]
+        order, starts, _, src_sorted, dst_sorted, mult_sorted = classes[:6]
         run_end = classes[8]
         first = self._first_changed
         self._first_changed = len(starts) - 1
@@ -526,7 +526,6 @@ class FastSimulation(Simulation):
             self._bounds,
             self._moving_start,
             self._round_log if self._logging else None,
-            position,
             np.concatenate([p for p, _ in finished]) if restart else None,
             np.concatenate([m for _, m in finished]) if restart else None,
         )
@@ -542,7 +541,9 @@ class FastSimulation(Simulation):
             wrong = np.flatnonzero(self._rates != expected)
             raise RuntimeError(f"incremental allocation differs at {len(wrong)} entries")
         assert self._moving is not None
-        if not np.array_equal(np.sort(self._moving), np.flatnonzero(expected > 0.0)):
+        # Holes (finished entries left in a restarted class's slots) have no flows.
+        listed = self._moving[self._mult[self._moving] > 0]
+        if not np.array_equal(np.sort(listed), np.flatnonzero(expected > 0.0)):
             raise RuntimeError("incremental allocation lists the wrong moving entries")
         if (np.diff(classes[2][self._moving]) <= 0).any():
             raise RuntimeError("the moving entries are not in class order")

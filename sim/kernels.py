@@ -116,7 +116,6 @@ def _maxmin_classes(
     num_moving: int,
     bounds: np.ndarray,
     moving_start: np.ndarray,
-    position: np.ndarray,
     finished: np.ndarray,
     finished_mult: np.ndarray,
     log_residual: np.ndarray,
@@ -153,7 +152,11 @@ def _maxmin_classes(
 
     Only the entries that get a rate are written: ``rates`` must be zero
     elsewhere. Those entries go to ``moving`` in class order (the sorted
-    positions' order) and their count is returned. ``live`` and ``pending`` (one slot
+    positions' order) and their count is returned; a class restarted after
+    flows finished keeps its finished entries in their slots there, with no
+    rate and no flows (holes, which every reader of the list skips), until it is
+    filled from its start: shifting the rest of the class down over them cost
+    as much as a pass over it. ``live`` and ``pending`` (one slot
     per entry), ``by_port`` (two) and ``frozen`` (one, all False, left so) are
     scratch, kept by the caller: fresh arrays of that size on every call cost page
     faults.
@@ -185,9 +188,10 @@ def _maxmin_classes(
     before r fill the same ports at the same steps: the filling replays those
     rounds for the finished entries' ports alone, and if none of them would fill
     earlier than r (else it fills the class from its start), takes up round r with
-    the logged state. Every rate is the same sum in the same order as a filling
-    from scratch. ``stats`` counts restarts (0) and fillings from a class's start
-    after a failed replay (1).
+    the logged state (the finished entries' slots in ``moving`` become holes).
+    Every rate is the same sum in the same order as a filling from scratch.
+    ``stats`` counts restarts (0) and fillings from a class's start after a failed
+    replay (1).
 
     Returns the number of moving entries, the number of classes whose start was
     recorded (the filling stops where every port is full) and the log rows this
@@ -251,35 +255,21 @@ def _maxmin_classes(
             stats[0] += 1
             base = class_base[k]
             row = base + restart_round
-            # The moving entries of the class, less the finished, in class order: each
-            # finished one is found by bisection (the slots are in position order).
-            gone_here = np.sort(finished[(finished >= starts[k]) & (finished < starts[k + 1])])
-            kept_moving = segment
-            read = segment
-            old_end = segment + class_live[k]
-            for g in gone_here:
-                lo, hi = read, old_end
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if position[moving[mid]] < g:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                for j in range(read, lo):
-                    moving[kept_moving] = moving[j]
-                    kept_moving += 1
-                read = lo + 1 if lo < old_end and position[moving[lo]] == g else lo
-            for j in range(read, old_end):
-                moving[kept_moving] = moving[j]
-                kept_moving += 1
-            n = kept_moving - segment
+            # The class's moving entries stay in place: a finished one keeps its slot with
+            # no rate and no flows (a hole, skipped by every reader of the moving list)
+            # until the class is filled from its start. In the freeze order it moves up
+            # to the restart round, so that it is never taken up again.
+            n = class_live[k]
             frozen_count = log_frozen_before[row]
             restart_frozen = frozen_count
-            for j in range(segment + frozen_count, segment + class_live[k]):
+            for j in range(segment + frozen_count, segment + n):
                 i = frozen_seq[j]
                 if mult[i] > 0.0:
                     pending[num_pending] = i
                     num_pending += 1
+                else:
+                    frozen_seq[segment + frozen_count] = i
+                    frozen_count += 1
             # The rows hold every port at the class's first round, its touched ports after.
             open_count = 0
             for p in range(num_ports):
@@ -468,8 +458,8 @@ def _maxmin_classes_unlogged(*filling: Any) -> tuple[int, int]:  # pragma: no co
     no_float = np.zeros(0)
     no_rows = np.zeros((0, 0))
     no_log = (
-        no_int, no_int, no_float, no_rows, no_rows, no_float, no_float, no_int, no_int,
-        no_int, no_int, no_int, no_int, 0, no_int,
+        no_int, no_float, no_rows, no_rows, no_float, no_float, no_int, no_int, no_int,
+        no_int, no_int, no_int, 0, no_int,
     )  # fmt: skip
     count, reached, _ = _maxmin_classes(*(filling + no_log))
     return count, reached
@@ -583,7 +573,6 @@ def maxmin_into(
     bounds: np.ndarray | None = None,
     moving_start: np.ndarray | None = None,
     log: RoundLog | None = None,
-    position: np.ndarray | None = None,
     finished: np.ndarray | None = None,
     finished_mult: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
@@ -593,8 +582,8 @@ def maxmin_into(
     With ``log`` (and ``bounds``), large classes are logged; with ``finished`` (sorted
     positions) and their former ``finished_mult`` too, ``first_class`` restarts at the
     round its first finished entry froze in, its moving entries left in
-    ``scratch.moving`` after the first ``num_moving``. ``position`` maps an entry to
-    its sorted position."""
+    ``scratch.moving`` after the first ``num_moving`` (there, the finished ones stay
+    as holes: see :func:`_maxmin_classes`)."""
     scratch.fit(len(order))
     if bounds is None or moving_start is None:
         bounds = np.zeros((0, len(residual)))
@@ -624,7 +613,6 @@ def maxmin_into(
         return scratch.moving[:count], reached
     count, reached, rows_wanted = _maxmin_classes(
         *filling,
-        NO_INT if position is None else position,
         NO_INT if finished is None else finished,
         NO_FLOAT if finished_mult is None else finished_mult,
         log.residual,
@@ -1093,9 +1081,11 @@ def advance(
     interval, summed over its flows in the reference's flow order from zero and then
     added, as the reference's ``bincount`` does; mark the rows that moved in ``dirty``;
     list in ``done`` the entries that completed (at or below their ``tolerance``).
-    Returns the bytes moved (all flows) and the number of entries done.
+    Returns the bytes moved (all flows, added row by row: a total for the books, which
+    nothing compares bit for bit) and the number of entries done.
 
-    The moving entries of a coflow row must be adjacent in ``moving`` and in entry
+    Entries without a rate (holes: see :func:`_maxmin_classes`) are skipped. The
+    moving entries of a coflow row must be adjacent in ``moving`` and in entry
     order (the allocation gives them so). Where a row's flows are its entries in entry
     order, one entry per flow (``in_entry_order[row]``), the sum runs over those
     moving entries; otherwise over the row's flows, ``flows[flow_start[row]:
@@ -1111,29 +1101,50 @@ def advance(
         end = k
         acc = 0.0
         any_moved = False
-        keep_steps = not in_entry_order[row]  # the row's sum then runs over its flows
-        while end < count and rows[moving[end]] == row:
-            i = moving[end]
-            end += 1
-            if rates[i] <= 0.0:
-                continue
-            any_moved = True
-            step = min(rates[i] * dt, remaining[i])
-            remaining[i] -= step
-            if keep_steps:
+        if in_entry_order[row]:
+            # One flow per entry, in flow order: the row's sum is its flows' sum, and
+            # its delivered bytes (one flow per entry) are that sum too. One running
+            # sum per entry instead of two: the loop is bound by their additions.
+            while end < count:
+                i = moving[end]
+                if rows[i] != row:
+                    break
+                end += 1
+                rate = rates[i]
+                if rate <= 0.0:
+                    continue
+                any_moved = True
+                left = remaining[i]
+                step = min(rate * dt, left)
+                left -= step
+                remaining[i] = left
+                acc += step
+                if left <= tolerance[i]:
+                    done[num_done] = i
+                    num_done += 1
+            total += acc
+        else:
+            while end < count:
+                i = moving[end]
+                if rows[i] != row:
+                    break
+                end += 1
+                if rates[i] <= 0.0:
+                    continue
+                any_moved = True
+                step = min(rates[i] * dt, remaining[i])
+                remaining[i] -= step
                 moved[i] = step
-            acc += step
-            total += step * mult[i]
-            if remaining[i] <= tolerance[i]:
-                done[num_done] = i
-                num_done += 1
-        if any_moved:
-            if not in_entry_order[row]:
-                acc = 0.0
+                total += step * mult[i]
+                if remaining[i] <= tolerance[i]:
+                    done[num_done] = i
+                    num_done += 1
+            if any_moved:
                 for j in range(flow_start[row], flow_start[row + 1]):
                     f = flows[j]
                     if rates[f] > 0.0:
                         acc += moved[f]
+        if any_moved:
             sent[row] += acc
             dirty[row] = 1
         k = end
