@@ -290,22 +290,31 @@ def _maxmin_classes(
             end = starts[k + 1]
             while i < end:
                 d = dst[i]
+                stop = run_end[i]
                 if not is_open[d]:
-                    i = run_end[i]
+                    i = stop
                     continue
-                s = src[i]
-                if mult[i] > 0.0 and is_open[s]:
-                    live[n] = i
-                    n += 1
-                    if load[s] == 0.0:
-                        touched[nt] = s
-                        nt += 1
-                    load[s] += mult[i]
+                # The run of one receiver: its load is summed in a register and added
+                # once (whole flow counts: exact in any order), not carried through
+                # memory from one entry to the next.
+                run_load = 0.0
+                while i < stop:
+                    s = src[i]
+                    m = mult[i]
+                    if m > 0.0 and is_open[s]:
+                        live[n] = i
+                        n += 1
+                        if load[s] == 0.0:
+                            touched[nt] = s
+                            nt += 1
+                        load[s] += m
+                        run_load += m
+                    i += 1
+                if run_load > 0.0:
                     if load[d] == 0.0:
                         touched[nt] = d
                         nt += 1
-                    load[d] += mult[i]
-                i += 1
+                    load[d] += run_load
             if n == 0:
                 if logging:
                     class_base[k] = -1
