@@ -580,6 +580,7 @@ class FastSimulation(Simulation):
                 self._saturated_below,
                 classes[8],
                 rows,
+                self._in_entry_order,
                 rates,
                 scratch,
             )

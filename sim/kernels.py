@@ -809,24 +809,44 @@ def _madd(
             continue
         # One pass checks the coflow's ports and sums its demand (flow by flow, as the
         # reference); a coflow that waits has its partial sums dropped.
+        # A coflow's flows run receiver by receiver: the receiver's demand is carried in
+        # a register over its run (the same additions in the same order), not through
+        # memory from one flow to the next.
         nt = 0
         wanted = False
         waits = False
+        receiver = -1
+        receiver_demand = 0.0
         for j in range(lo, hi):
             i = members[j]
-            if remaining[i] > 0.0:
+            left = remaining[i]
+            s = src[i]
+            d = dst[i]
+            if left > 0.0:
                 wanted = True
-                s = src[i]
-                d = dst[i]
                 if residual[s] <= saturated_below[s] or residual[d] <= saturated_below[d]:
                     waits = True
                     break
-            for p in (src[i], dst[i]):
-                demand[p] += remaining[i]
-                if not listed[p]:
-                    listed[p] = True
-                    touched[nt] = p
+            if s == receiver:
+                receiver_demand += left
+            else:
+                demand[s] += left
+            if not listed[s]:
+                listed[s] = True
+                touched[nt] = s
+                nt += 1
+            if d != receiver:
+                if receiver >= 0:
+                    demand[receiver] = receiver_demand
+                receiver = d
+                receiver_demand = demand[d]
+                if not listed[d]:
+                    listed[d] = True
+                    touched[nt] = d
                     nt += 1
+            receiver_demand += left
+        if receiver >= 0:
+            demand[receiver] = receiver_demand
         if waits or not wanted:
             for t in range(nt):
                 p = touched[t]
@@ -866,6 +886,7 @@ def _add_backfill(
     members: np.ndarray,
     starts: np.ndarray,
     rows: np.ndarray,
+    one_flow_each: np.ndarray,
     row_mark: np.ndarray,
     seen: np.ndarray,
     moving: np.ndarray,
@@ -879,9 +900,11 @@ def _add_backfill(
     (in class order) and the flows of the ``admitted`` coflow rows
     (``members[starts[row]:starts[row + 1]]``, an entry of several flows as often; its
     first appearance is listed). An admitted row's backfill entries are its flows too,
-    so they are listed with the row. ``rows`` maps an entry to its row. ``row_mark``
-    (per row) and ``seen`` (per entry) are scratch, all zero, left so; ``backfill``
-    is cleared behind, so that it is all zero for the next filling."""
+    so they are listed with the row. ``rows`` maps an entry to its row. A row with
+    ``one_flow_each`` lists each of its entries once in ``members``, so no entry needs
+    marking as seen. ``row_mark`` (per row) and ``seen`` (per entry) are scratch, all
+    zero, left so; ``backfill`` is cleared behind, so that it is all zero for the next
+    filling."""
     for a in range(num_admitted):
         row_mark[admitted[a]] = 1
     count = 0
@@ -894,6 +917,13 @@ def _add_backfill(
     for a in range(num_admitted):
         row = admitted[a]
         row_mark[row] = 0
+        if one_flow_each[row]:
+            for j in range(starts[row], starts[row + 1]):
+                i = members[j]
+                if rates[i] > 0.0:
+                    moving[count] = i
+                    count += 1
+            continue
         for j in range(starts[row], starts[row + 1]):
             i = members[j]
             if seen[i] == 0 and rates[i] > 0.0:
@@ -944,6 +974,7 @@ def madd(
         capacity * RELATIVE_TOLERANCE,
         run_ends(dst_sorted, class_starts),
         flow_coflow.astype(np.int64),
+        np.bincount(flow_coflow, (mult != 1.0).astype(float), rows) == 0,
         rates,
         Scratch(),
     )
@@ -963,14 +994,16 @@ def madd_into(
     saturated_below: np.ndarray,
     run_end: np.ndarray,
     rows: np.ndarray,
+    one_flow_each: np.ndarray,
     rates: np.ndarray,
     scratch: Scratch,
 ) -> np.ndarray:
     """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
     flow order, grouped by coflow row; ``starts``: where each row starts; ``rows``: each
-    entry's row) and the class order for the backfill (``classes``: order, class
-    starts, sorted senders and receivers) given. ``remaining`` and the rates are per
-    flow.
+    entry's row; ``one_flow_each``: per row, whether each of its entries stands for one
+    flow, so that ``members`` lists it once) and the class order for the backfill
+    (``classes``: order, class starts, sorted senders and receivers) given.
+    ``remaining`` and the rates are per flow.
 
     The rates go to ``rates``, which must be zero everywhere (only the moving entries
     are written); the moving entries are returned, a view into ``scratch`` valid until
@@ -1015,6 +1048,7 @@ def madd_into(
         members,
         starts,
         rows,
+        one_flow_each,
         scratch.row_mark,
         scratch.seen,
         scratch.combined,
