@@ -163,7 +163,9 @@ class FastSimulation(Simulation):
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
-        self._members: tuple[np.ndarray, np.ndarray] | None = None
+        self._members: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """MADD's flows by coflow row, where each row starts, and per row the flow that made
+        it wait last (see :func:`kernels._madd`)."""
         self._coflow_order: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
         """MADD's coflow rows in ranking order, for the class order it was made for."""
         self._coflow_states_by_uid: dict[int, CoflowState] = {}
@@ -560,13 +562,19 @@ class FastSimulation(Simulation):
             flows_per_row = np.bincount(rows[self._flows], minlength=len(uids))
             starts_by_row = np.zeros(len(uids) + 1, dtype=np.int64)
             np.cumsum(flows_per_row, out=starts_by_row[1:])
-            self._members = (self._flows[by_row], starts_by_row)
+            self._members = (
+                self._flows[by_row],
+                starts_by_row,
+                np.full(len(uids), -1, dtype=np.int64),
+            )
         if self._coflow_order is None or self._coflow_order[0] is not classes:
             self._coflow_order = (classes, np.lexsort((ranks, -coflow_classes)))
-        members, starts_by_row = self._members
+        members, starts_by_row, blocked_at = self._members
         coflow_order = self._coflow_order[1]
 
-        def allocate(rates: np.ndarray, scratch: kernels.Scratch) -> np.ndarray:
+        def allocate(
+            rates: np.ndarray, scratch: kernels.Scratch, blocked_at: np.ndarray
+        ) -> np.ndarray:
             return kernels.madd_into(
                 self._src,
                 self._dst,
@@ -581,6 +589,7 @@ class FastSimulation(Simulation):
                 classes[8],
                 rows,
                 self._in_entry_order,
+                blocked_at,
                 rates,
                 scratch,
             )
@@ -589,10 +598,11 @@ class FastSimulation(Simulation):
             self._rates = np.zeros(len(order))
         else:
             self._rates[self._moving] = 0.0  # the only entries with a rate
-        self._moving = allocate(self._rates, self._work)
+        self._moving = allocate(self._rates, self._work, blocked_at)
         if self.verify:
+            # From scratch: fresh scratch arrays and no remembered waits.
             expected = np.zeros(len(order))
-            allocate(expected, kernels.Scratch())
+            allocate(expected, kernels.Scratch(), np.full(len(blocked_at), -1, dtype=np.int64))
             if not np.array_equal(self._rates, expected):
                 raise RuntimeError("MADD's rates in place differ from a fresh allocation")
             if not np.array_equal(np.sort(self._moving), np.flatnonzero(expected > 0.0)):

@@ -777,6 +777,7 @@ def _madd(
     saturated_below: np.ndarray,
     rates: np.ndarray,
     admitted: np.ndarray,
+    blocked_at: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """MADD as :func:`sim.allocate.madd`: ``members`` lists one entry index per *flow*
     (an entry of ``mult`` flows appears ``mult`` times), in the reference's flow order,
@@ -788,6 +789,13 @@ def _madd(
     summed; where most coflows wait behind the first few (a trace under
     contention), that scan is most of the work. Once every port is saturated, no
     later coflow gets anything and the loop stops.
+
+    ``blocked_at`` keeps, per coflow row, the slot in ``members`` of the flow that
+    made it wait the last time (-1: none). That flow is checked first: a flow at a
+    saturated port usually stays there from one event to the next, and a coflow
+    that waits sums nothing, so where the scan finds its reason changes nothing
+    but the time (on the whole FB2010 trace, the scans of waiting coflows were
+    three quarters of MADD's flow visits).
 
     Only the admitted coflows' entries are written in ``rates``; the admitted coflow
     rows are listed in ``admitted``, and their count is returned."""
@@ -807,11 +815,19 @@ def _madd(
         hi = starts[row + 1]
         if lo == hi:
             continue
+        hint = blocked_at[row]
+        if hint >= 0:
+            i = members[hint]
+            if remaining[i] > 0.0:
+                s = src[i]
+                d = dst[i]
+                if residual[s] <= saturated_below[s] or residual[d] <= saturated_below[d]:
+                    continue  # it still waits
         # One pass checks the coflow's ports and sums its demand (flow by flow, as the
-        # reference); a coflow that waits has its partial sums dropped.
-        # A coflow's flows run receiver by receiver: the receiver's demand is carried in
-        # a register over its run (the same additions in the same order), not through
-        # memory from one flow to the next.
+        # reference); a coflow that waits has its partial sums dropped. Its flows run
+        # receiver by receiver: the receiver's demand is carried in a register over its
+        # run (the same additions in the same order), not through memory from one flow
+        # to the next.
         nt = 0
         wanted = False
         waits = False
@@ -826,6 +842,7 @@ def _madd(
                 wanted = True
                 if residual[s] <= saturated_below[s] or residual[d] <= saturated_below[d]:
                     waits = True
+                    blocked_at[row] = j
                     break
             if s == receiver:
                 receiver_demand += left
@@ -944,10 +961,13 @@ def madd(
     coflow_order: np.ndarray,
     flow_class: np.ndarray,
     capacity: np.ndarray,
+    blocked_at: np.ndarray | None = None,
 ) -> np.ndarray:
     """Varys' MADD in ``coflow_order`` (rows of ``flow_coflow``), then max-min backfill.
 
     ``remaining`` and the result are per flow (each of an entry's ``mult`` flows).
+    ``blocked_at`` (per row, see :func:`_madd`; the flows of a row in flow order, one
+    slot per flow) is read and updated if given.
     """
     if len(src) == 0:
         return np.zeros(0)
@@ -956,6 +976,12 @@ def madd(
     # never a read past the end.
     rows = int(max(flow_coflow.max(), coflow_order.max(initial=0))) + 1
     members, starts = coflow_members(flow_coflow[flows], rows)
+    if blocked_at is not None:
+        # The kernel reads the remembered slots unchecked: one outside its row's flows
+        # would read past them.
+        inside = (blocked_at >= starts[:-1]) & (blocked_at < starts[1:])
+        if len(blocked_at) != rows or not ((blocked_at == -1) | inside).all():
+            raise ValueError("blocked_at: one slot of the row's flows (or -1) per row")
     order, class_starts = class_order(flow_class)
     mult = mult.astype(float)
     src_sorted = src[order].astype(np.int64)
@@ -975,6 +1001,7 @@ def madd(
         run_ends(dst_sorted, class_starts),
         flow_coflow.astype(np.int64),
         np.bincount(flow_coflow, (mult != 1.0).astype(float), rows) == 0,
+        np.full(rows, -1, dtype=np.int64) if blocked_at is None else blocked_at,
         rates,
         Scratch(),
     )
@@ -995,13 +1022,15 @@ def madd_into(
     run_end: np.ndarray,
     rows: np.ndarray,
     one_flow_each: np.ndarray,
+    blocked_at: np.ndarray,
     rates: np.ndarray,
     scratch: Scratch,
 ) -> np.ndarray:
     """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
     flow order, grouped by coflow row; ``starts``: where each row starts; ``rows``: each
     entry's row; ``one_flow_each``: per row, whether each of its entries stands for one
-    flow, so that ``members`` lists it once) and the class order for the backfill
+    flow, so that ``members`` lists it once; ``blocked_at``: per row, see :func:`_madd`,
+    kept by the caller while ``members`` stays the same) and the class order for the backfill
     (``classes``: order, class starts, sorted senders and receivers) given.
     ``remaining`` and the rates are per flow.
 
@@ -1026,6 +1055,7 @@ def madd_into(
         saturated_below,
         rates,
         scratch.admitted,
+        blocked_at,
     )
     backfill_moving, _ = maxmin_into(
         src_sorted,

@@ -131,6 +131,47 @@ def test_madd_under_contention_equals_the_reference(
     assert waited
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_madd_remembering_what_made_a_coflow_wait_changes_no_rate(seed: int) -> None:
+    """The flow that made a coflow wait is checked first at the next allocation. A
+    remembered flow that has finished, or whose ports have room again, must not make
+    the coflow wait: the rates equal those of an allocation that remembers nothing."""
+    rng = np.random.default_rng(300 + seed)
+    hosts, count, coflows = 5, 120, 40
+    src, dst, capacity = random_flows(rng, hosts, count)
+    mult = rng.integers(1, 3, count)
+    copies = np.repeat(np.arange(count), mult)
+    remaining = rng.uniform(1.0, 10.0, count)
+    coflow = rng.integers(0, coflows, count)
+    classes = np.zeros(count)
+    remembered = np.full(coflows, -1, dtype=np.int64)
+    first = (src, dst, mult.astype(float), remaining, coflow, rng.permutation(coflows))
+    kernels.madd(*first, classes, capacity, blocked_at=remembered)
+    assert (remembered >= 0).any()  # coflows waited, and where is remembered
+
+    # Flows finish (no bytes left; they keep their slots, as in the simulator until its
+    # rows change) and the order changes: remembered flows may be done or have room.
+    later = np.where(rng.random(count) < 0.3, 0.0, remaining)
+    after = (src, dst, mult.astype(float), later, coflow, rng.permutation(coflows))
+    fresh = kernels.madd(*after, classes, capacity)
+    with_memory = kernels.madd(*after, classes, capacity, blocked_at=remembered.copy())
+    np.testing.assert_array_equal(with_memory, fresh)
+    # Any flow of each coflow remembered, whatever its state.
+    _, starts = kernels.coflow_members(coflow[copies], coflows)
+    arbitrary = np.array(
+        [rng.integers(starts[r], starts[r + 1]) if starts[r] < starts[r + 1] else -1
+         for r in range(coflows)],
+        dtype=np.int64,
+    )  # fmt: skip
+    np.testing.assert_array_equal(
+        kernels.madd(*after, classes, capacity, blocked_at=arbitrary), fresh
+    )
+    # Some coflow that waited before moves now: the memory was put to the test.
+    assert any(fresh[coflow == r].any() for r in np.flatnonzero(remembered >= 0))
+    with pytest.raises(ValueError, match="blocked_at"):
+        kernels.madd(*after, classes, capacity, blocked_at=np.full(coflows, len(copies)))
+
+
 def shuffle(
     experiment_id: int, arrival_s: float, mappers: tuple[int, ...], reducers: dict[int, int]
 ) -> Experiment:
