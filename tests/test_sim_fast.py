@@ -106,6 +106,19 @@ def test_an_entry_of_identical_flows_gets_each_flow_its_per_flow_rate(seed: int)
     np.testing.assert_array_equal(got[copies], expected)
 
 
+def crowded_coflows(
+    rng: np.random.Generator, hosts: int, count: int, coflows: int
+) -> tuple[np.ndarray, ...]:
+    """Entries of one or two flows each, spread over many coflows on few ports: src,
+    dst, capacity, flows per entry, each flow's entry, remaining bytes, coflow."""
+    src, dst, capacity = random_flows(rng, hosts, count)
+    mult = rng.integers(1, 3, count)
+    copies = np.repeat(np.arange(count), mult)
+    remaining = rng.uniform(1.0, 10.0, count)
+    coflow = rng.integers(0, coflows, count)
+    return src, dst, capacity, mult, copies, remaining, coflow
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(("hosts", "count", "coflows"), [(5, 120, 40), (4, 60, 60)])
 def test_madd_under_contention_equals_the_reference(
@@ -114,11 +127,9 @@ def test_madd_under_contention_equals_the_reference(
     """Many coflows on few ports: most wait at a saturated port and every port fills
     before the last coflows, the cases the kernel skips without summing demand."""
     rng = np.random.default_rng(90 + seed)
-    src, dst, capacity = random_flows(rng, hosts, count)
-    mult = rng.integers(1, 3, count)
-    copies = np.repeat(np.arange(count), mult)
-    remaining = rng.uniform(1.0, 10.0, count)
-    coflow = rng.integers(0, coflows, count)
+    src, dst, capacity, mult, copies, remaining, coflow = crowded_coflows(
+        rng, hosts, count, coflows
+    )
     order = rng.permutation(coflows)
     flows = (src[copies], dst[copies], remaining[copies], coflow[copies])
     expected = allocate.madd(*flows, order, np.zeros(len(copies), dtype=np.int64), capacity)
@@ -137,12 +148,8 @@ def test_madd_remembering_what_made_a_coflow_wait_changes_no_rate(seed: int) -> 
     remembered flow that has finished, or whose ports have room again, must not make
     the coflow wait: the rates equal those of an allocation that remembers nothing."""
     rng = np.random.default_rng(300 + seed)
-    hosts, count, coflows = 5, 120, 40
-    src, dst, capacity = random_flows(rng, hosts, count)
-    mult = rng.integers(1, 3, count)
-    copies = np.repeat(np.arange(count), mult)
-    remaining = rng.uniform(1.0, 10.0, count)
-    coflow = rng.integers(0, coflows, count)
+    count, coflows = 120, 40
+    src, dst, capacity, mult, copies, remaining, coflow = crowded_coflows(rng, 5, count, coflows)
     classes = np.zeros(count)
     remembered = np.full(coflows, -1, dtype=np.int64)
     first = (src, dst, mult.astype(float), remaining, coflow, rng.permutation(coflows))
