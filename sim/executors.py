@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ipaddress
+import multiprocessing
 import os
 import shutil
 import signal
@@ -156,9 +157,15 @@ def run_tasks(
 def _pool_outcomes(
     fn: Callable[[Item], Result], items: Sequence[Item], jobs: int
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
-    # No more workers than runs: each is a process that loads the simulator.
+    # No more workers than runs: each is a process that loads the simulator. Spawned, not
+    # forked: a fork copies a process that may run threads (gRPC's, Ray's, the progress
+    # bar's) with whatever locks and half-done state they hold at that instant, and a
+    # forked worker was seen to spin for minutes in numba's compiler.
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(items)), initializer=_end_with, initargs=(os.getpid(),)
+        max_workers=min(jobs, len(items)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_end_with,
+        initargs=(os.getpid(),),
     )
     try:
         futures: dict[Future[_Outcome[Result]], int] = {
