@@ -163,9 +163,10 @@ class FastSimulation(Simulation):
         self._tol = np.zeros(0)
         """Per entry: remaining bytes at or below which it has completed (-1: finished)."""
         self._dead = 0
-        self._members: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        """MADD's flows by coflow row, where each row starts, and per row the flow that made
-        it wait last (see :func:`kernels._madd`)."""
+        self._members: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        """MADD's flows by coflow row, where each row starts, each flow slot's mark as its
+        entry's first, and per row the flow that made it wait last (see
+        :func:`kernels._madd`)."""
         self._coflow_order: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
         """MADD's coflow rows in ranking order, for the class order it was made for."""
         self._coflow_states_by_uid: dict[int, CoflowState] = {}
@@ -562,14 +563,16 @@ class FastSimulation(Simulation):
             flows_per_row = np.bincount(rows[self._flows], minlength=len(uids))
             starts_by_row = np.zeros(len(uids) + 1, dtype=np.int64)
             np.cumsum(flows_per_row, out=starts_by_row[1:])
+            members = self._flows[by_row]
             self._members = (
-                self._flows[by_row],
+                members,
                 starts_by_row,
+                kernels.first_slots(members),
                 np.full(len(uids), -1, dtype=np.int64),
             )
         if self._coflow_order is None or self._coflow_order[0] is not classes:
             self._coflow_order = (classes, np.lexsort((ranks, -coflow_classes)))
-        members, starts_by_row, blocked_at = self._members
+        members, starts_by_row, first_slot, blocked_at = self._members
         coflow_order = self._coflow_order[1]
 
         def allocate(
@@ -588,7 +591,7 @@ class FastSimulation(Simulation):
                 self._saturated_below,
                 classes[8],
                 rows,
-                self._in_entry_order,
+                first_slot,
                 blocked_at,
                 rates,
                 scratch,

@@ -486,9 +486,8 @@ class Scratch:
         self.backfill = np.zeros(0)
         """For :func:`madd_into`: the backfill's rates (zero but where the last filling
         wrote, cleared behind), the moving entries, the admitted coflow rows, and marks
-        per entry and per row (zero, left so)."""
+        per row (zero, left so)."""
         self.combined = np.zeros(0, dtype=np.int64)
-        self.seen = np.zeros(0, dtype=np.uint8)
         self.admitted = np.zeros(0, dtype=np.int64)
         self.row_mark = np.zeros(0, dtype=np.uint8)
 
@@ -497,7 +496,6 @@ class Scratch:
             size = max(2 * num_entries, 1024)
             self.backfill = np.zeros(size)
             self.combined = np.zeros(size, dtype=np.int64)
-            self.seen = np.zeros(size, dtype=np.uint8)
         if len(self.admitted) < num_rows:
             size = max(2 * num_rows, 1024)
             self.admitted = np.zeros(size, dtype=np.int64)
@@ -903,9 +901,8 @@ def _add_backfill(
     members: np.ndarray,
     starts: np.ndarray,
     rows: np.ndarray,
-    one_flow_each: np.ndarray,
+    first_slot: np.ndarray,
     row_mark: np.ndarray,
-    seen: np.ndarray,
     moving: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """Add the backfill's rates to MADD's in ``rates`` (the reference's elementwise
@@ -915,13 +912,11 @@ def _add_backfill(
 
     Only the entries either part moved are visited: the backfill's ``backfill_moving``
     (in class order) and the flows of the ``admitted`` coflow rows
-    (``members[starts[row]:starts[row + 1]]``, an entry of several flows as often; its
-    first appearance is listed). An admitted row's backfill entries are its flows too,
-    so they are listed with the row. ``rows`` maps an entry to its row. A row with
-    ``one_flow_each`` lists each of its entries once in ``members``, so no entry needs
-    marking as seen. ``row_mark`` (per row) and ``seen`` (per entry) are scratch, all
-    zero, left so; ``backfill`` is cleared behind, so that it is all zero for the next
-    filling."""
+    (``members[starts[row]:starts[row + 1]]``, an entry of several flows as often;
+    only its first appearance, marked in ``first_slot``, is listed). An admitted row's
+    backfill entries are its flows too, so they are listed with the row. ``rows`` maps
+    an entry to its row. ``row_mark`` (per row) is scratch, all zero, left so;
+    ``backfill`` is cleared behind, so that it is all zero for the next filling."""
     for a in range(num_admitted):
         row_mark[admitted[a]] = 1
     count = 0
@@ -934,21 +929,11 @@ def _add_backfill(
     for a in range(num_admitted):
         row = admitted[a]
         row_mark[row] = 0
-        if one_flow_each[row]:
-            for j in range(starts[row], starts[row + 1]):
-                i = members[j]
-                if rates[i] > 0.0:
-                    moving[count] = i
-                    count += 1
-            continue
         for j in range(starts[row], starts[row + 1]):
             i = members[j]
-            if seen[i] == 0 and rates[i] > 0.0:
-                seen[i] = 1
+            if first_slot[j] and rates[i] > 0.0:
                 moving[count] = i
                 count += 1
-        for j in range(starts[row], starts[row + 1]):
-            seen[members[j]] = 0
     return count
 
 
@@ -976,6 +961,7 @@ def madd(
     # never a read past the end.
     rows = int(max(flow_coflow.max(), coflow_order.max(initial=0))) + 1
     members, starts = coflow_members(flow_coflow[flows], rows)
+    members = flows[members]
     if blocked_at is not None:
         # The kernel reads the remembered slots unchecked: one outside its row's flows
         # would read past them.
@@ -991,7 +977,7 @@ def madd(
         src.astype(np.int64),
         dst.astype(np.int64),
         remaining.astype(float),
-        flows[members],
+        members,
         starts,
         coflow_order.astype(np.int64),
         (order, class_starts, src_sorted, dst_sorted),
@@ -1000,12 +986,20 @@ def madd(
         capacity * RELATIVE_TOLERANCE,
         run_ends(dst_sorted, class_starts),
         flow_coflow.astype(np.int64),
-        np.bincount(flow_coflow, (mult != 1.0).astype(float), rows) == 0,
+        first_slots(members),
         np.full(rows, -1, dtype=np.int64) if blocked_at is None else blocked_at,
         rates,
         Scratch(),
     )
     return rates
+
+
+def first_slots(members: np.ndarray) -> np.ndarray:
+    """Per slot of ``members`` (entry indices, one per flow): True where its entry
+    appears for the first time, so that an entry of several flows is listed once."""
+    first = np.zeros(len(members), dtype=np.bool_)
+    first[np.unique(members, return_index=True)[1]] = True
+    return first
 
 
 def madd_into(
@@ -1021,15 +1015,15 @@ def madd_into(
     saturated_below: np.ndarray,
     run_end: np.ndarray,
     rows: np.ndarray,
-    one_flow_each: np.ndarray,
+    first_slot: np.ndarray,
     blocked_at: np.ndarray,
     rates: np.ndarray,
     scratch: Scratch,
 ) -> np.ndarray:
     """:func:`madd` with each coflow's flows (``members``: entry indices, one per flow, in
     flow order, grouped by coflow row; ``starts``: where each row starts; ``rows``: each
-    entry's row; ``one_flow_each``: per row, whether each of its entries stands for one
-    flow, so that ``members`` lists it once; ``blocked_at``: per row, see :func:`_madd`,
+    entry's row; ``first_slot``: per slot of ``members``, whether it is the entry's
+    first (see :func:`first_slots`); ``blocked_at``: per row, see :func:`_madd`,
     kept by the caller while ``members`` stays the same) and the class order for the backfill
     (``classes``: order, class starts, sorted senders and receivers) given.
     ``remaining`` and the rates are per flow.
@@ -1078,9 +1072,8 @@ def madd_into(
         members,
         starts,
         rows,
-        one_flow_each,
+        first_slot,
         scratch.row_mark,
-        scratch.seen,
         scratch.combined,
     )
     return scratch.combined[:count]
