@@ -1134,29 +1134,43 @@ class Controller(EventHandler):
                 if need == "reconnect":
                     if session.state == "ready":
                         log.warning("%s: connection lost; reconnecting", session.spec.name)
+                    stale = session.client
+                    if stale is not None:
+                        # Its stream is gone; closing it first tells the switch so, which
+                        # frees our election id for the new stream.
+                        suppress_close_errors(stale)
                     connection = self._connect(session.spec)
                     with self._schedule_lock:
                         self._provision(session, connection)
-                elif need == "promoted":
+                elif need == "reprovision":
+                    # Our stream is alive and primary: provision over it. A second stream
+                    # with our election id would be refused, and closing this one would
+                    # leave the switch without a primary.
                     with self._schedule_lock:
                         client = session.client
-                        if client is not None and client.is_primary:
+                        if client is not None and client.connected and client.is_primary:
                             self._provision(session, _Connection(client, True, None))
+                elif need == "demoted":
+                    with self._schedule_lock:
+                        if session.state in ("ready", "error"):
+                            self._lost_primary(session, "another client became primary")
             if time.monotonic() - last_counters >= self.config.counter_interval_s:
                 last_counters = time.monotonic()
                 self._poll()
 
     @staticmethod
     def _needs_provisioning(session: SwitchSession) -> str | None:
+        """What the supervisor does for a switch: nothing, provision over the stream it
+        holds (``reprovision``: promoted from backup, or an RPC failed), record that another
+        client took the switch (``demoted``), or open a new stream (``reconnect``)."""
         client = session.client
-        alive = client is not None and client.connected
-        if session.state == "backup" and alive:
-            assert client is not None
-            return "promoted" if client.is_primary else None
-        if session.state == "ready" and alive:
-            assert client is not None
-            return None if client.is_primary else "reconnect"
-        return "reconnect"
+        if client is None or not client.connected or session.state == "down":
+            return "reconnect"
+        if session.state == "backup":
+            return "reprovision" if client.is_primary else None
+        if not client.is_primary:
+            return "demoted"
+        return None if session.state == "ready" else "reprovision"
 
     def _poll(self) -> None:
         """Check each ready switch still runs our pipeline, and read the stage counters.

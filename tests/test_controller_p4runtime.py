@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from controller_helpers import SmallestFirst, one_class_per_rank
 from google.protobuf import text_format
@@ -609,6 +610,68 @@ def test_the_controller_takes_the_switch_back_when_a_higher_client_leaves(rig: R
     assert session.client is not None and session.client.election_id == higher
     assert controller.status()["switches"][0]["election_id"] == higher
     _start_experiment(controller, 2, [50])
+    assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
+
+
+def test_a_higher_client_demotes_the_controller_on_the_stream_it_holds(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Demoted, the controller keeps its stream as a backup: a second stream with its own
+    election id would be refused, and closing the first would leave no primary."""
+    controller = rig.controller(election_id=_controller_default_election_id())
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+    stream = session.client
+    intruder = P4RuntimeClient(rig.server.addr, 0, 3 << 64)
+    try:
+        assert intruder.connect() is True
+        _wait_for(lambda: session.state == "backup", "the controller to become a backup")
+        time.sleep(0.3)  # several supervisor rounds as a backup
+        assert session.client is stream and stream is not None and stream.connected
+        assert session.state == "backup"
+        assert session.error is not None and "will not write" in session.error
+    finally:
+        intruder.close()
+    _wait_for(lambda: session.state == "ready", "the controller to take the switch back")
+    assert session.client is stream
+    said = caplog.text
+    assert "reconnecting" not in said and "already used" not in said
+
+
+def test_a_failed_read_is_recovered_on_the_same_stream(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Read refused once (a busy switch) puts the session in error; the supervisor reads
+    back and reconciles over the stream it holds, primary all along."""
+    from softswitch.p4rt.service import P4RuntimeServicer
+
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    expected = rig.read_entries()
+    session = controller.sessions["s1"]
+    stream = session.client
+    reconciles = session.reconciles
+    refused = threading.Event()
+    read_replies = P4RuntimeServicer.read_replies
+
+    def refuse_once(self: P4RuntimeServicer, request: Any, context: Any) -> Any:
+        if not refused.is_set():
+            refused.set()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too busy, once")
+        return read_replies(self, request, context)
+
+    monkeypatch.setattr(P4RuntimeServicer, "read_replies", refuse_once)
+    _wait_for(refused.is_set, "a refused Read")
+    _wait_for(
+        lambda: session.state == "ready" and session.reconciles > reconciles,
+        "the read-back after the refused Read",
+    )
+    assert session.client is stream
+    assert rig.read_entries() == expected
+    assert "already used" not in caplog.text
+    _start_experiment(controller, 2, [50])  # and it still writes
     assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
 
 
