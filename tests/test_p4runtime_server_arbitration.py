@@ -217,6 +217,29 @@ def test_packet_out_is_reported_unimplemented_or_denied(
     assert error.packet_out.packet_out.payload == packet.packet.payload
 
 
+def test_a_large_packet_out_is_refused_with_a_short_echo_and_the_stream_stays(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub,
+    sessions: list[StreamSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Echoed whole, a packet larger than the outbox would end the sender's stream (and
+    cost a primary its role) though the client reads every reply."""
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 1 << 20)
+    primary, _ = open_session(stub, sessions, (0, 5))
+    packet = p4runtime_pb2.StreamMessageRequest()
+    packet.packet.payload = bytes(range(256)) * (8 << 10)  # 2 MiB
+    packet.packet.metadata.add(metadata_id=1, value=b"\x07")
+    primary.outgoing.put(packet)
+    error = primary.next().error
+    assert error.canonical_code == code_pb2.UNIMPLEMENTED
+    echo = error.packet_out.packet_out
+    assert echo.payload == packet.packet.payload[: service.ECHO_PAYLOAD_BYTES]
+    assert list(echo.metadata) == list(packet.packet.metadata)
+    assert f"first {service.ECHO_PAYLOAD_BYTES} of {2 << 20} bytes" in error.message
+    insert_class_entry(stub, (0, 5))  # still the primary, on a live stream
+    assert primary.final_error is None
+
+
 def test_stopping_the_server_ends_open_streams() -> None:
     switch = Switch()
     server = P4RuntimeServer(switch, DEVICE_ID, "127.0.0.1:0")
@@ -341,19 +364,46 @@ def test_a_role_is_forgotten_when_its_last_stream_leaves_unless_it_saw_an_electi
     assert arbitrator.is_primary(returning)
 
 
+def test_named_roles_cannot_lock_out_the_default_role_or_grow_without_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    arbitrator = Arbitrator(DEVICE_ID)
+    monkeypatch.setattr(arbitration, "MAX_ROLES", 3)
+    for number in range(3):
+        stream = ClientStream()
+        arbitrator.arbitrate(stream, _arbitration(f"kept-{number}", 1))
+        arbitrator.remove(stream)
+    with pytest.raises(P4RuntimeError) as caught:
+        arbitrator.arbitrate(ClientStream(), _arbitration("one-too-many", 1))
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    controller = ClientStream()
+    arbitrator.arbitrate(controller, _arbitration("", 7))
+    assert arbitrator.is_primary(controller)
+
+    too_long = "r" * (arbitration.MAX_ROLE_NAME_BYTES + 1)
+    with pytest.raises(P4RuntimeError) as caught:
+        arbitrator.arbitrate(ClientStream(), _arbitration(too_long, None))
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"at most {arbitration.MAX_ROLE_NAME_BYTES}" in caught.value.message
+    longest = ClientStream()
+    fresh = Arbitrator(DEVICE_ID)
+    fresh.arbitrate(longest, _arbitration("é" * (arbitration.MAX_ROLE_NAME_BYTES // 2), 1))
+    assert fresh.is_primary(longest)
+
+
 def test_a_client_that_never_reads_is_cut_off_with_resource_exhausted(
     stub: p4runtime_pb2_grpc.P4RuntimeStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each denied packet-out is echoed back: unread, they must not pile up without bound."""
-    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 4 << 20)
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 1 << 20)
     sent = threading.Event()
-    count = 200
+    count = 4000
 
     def requests() -> Iterator[p4runtime_pb2.StreamMessageRequest]:
         update = p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)
         yield p4runtime_pb2.StreamMessageRequest(arbitration=update)  # a backup
         packet = p4runtime_pb2.StreamMessageRequest()
-        packet.packet.payload = b"\x00" * (256 << 10)
+        packet.packet.payload = b"\x00" * service.ECHO_PAYLOAD_BYTES  # echoed whole
         for _ in range(count):
             yield packet
         sent.set()

@@ -416,3 +416,29 @@ def test_the_projects_client_sees_every_error_of_a_large_failed_batch(served: Se
     assert failed.value.code == grpc.StatusCode.UNKNOWN
     assert [error.index for error in failed.value.errors] == list(range(2000))
     assert {error.code for error in failed.value.errors} == {grpc.StatusCode.INVALID_ARGUMENT}
+
+
+def test_a_client_that_cancels_or_leaves_mid_reply_costs_no_error_log(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC logs a failed write in a handler as an ERROR with a traceback: a client that
+    cancels its calls must not be able to fill the server's log that way."""
+    write(served, *(lpm_update(i) for i in range(16)))
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(served.channel(fixed_window=True))
+    for _ in range(3):
+        call = stub.Read(wildcard_read(2000))  # 32,000 entities, many replies
+        next(call)
+        call.cancel()
+    session = served.session()
+    session.arbitrate(DEVICE_ID, None)
+    session.next()
+    packet = p4runtime_pb2.StreamMessageRequest()
+    packet.packet.payload = b"\x00" * 4096
+    for _ in range(200):
+        session.outgoing.put(packet)  # echoes it will not wait for
+    session.call.cancel()
+    time.sleep(1.0)  # the server's writes after the cancellations fail meanwhile
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert errors == [], [r.getMessage() for r in errors]
+    write(served, class_update(4))  # the primary is unaffected
+    assert len([e for r in served.stub.Read(wildcard_read(1)) for e in r.entities]) == 16

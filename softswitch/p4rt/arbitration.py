@@ -41,6 +41,11 @@ MAX_OUTBOX_BYTES = 16 << 20
 # it: that highest id must outlive its streams (a returning client may not take over
 # with a lower one), so such roles stay and only this limit bounds them.
 MAX_ROLES = 256
+# The default role ("") is never refused for that limit: named roles left behind by
+# other clients must not lock the default role's controller out of its switch.
+
+MAX_ROLE_NAME_BYTES = 1024
+"""The longest role name accepted; a kept role keeps its name, so names are bounded too."""
 
 
 def election_id_value(message: p4runtime_pb2.Uint128) -> int:
@@ -186,6 +191,8 @@ class Arbitrator:
         if update.role.HasField("config"):
             raise invalid("role.config is not supported: roles here always have full access")
         role = update.role.name
+        if len(role.encode()) > MAX_ROLE_NAME_BYTES:
+            raise invalid(f"role name of {len(role.encode())} bytes: at most {MAX_ROLE_NAME_BYTES}")
         election_id = (
             election_id_value(update.election_id) if update.HasField("election_id") else None
         )
@@ -195,7 +202,8 @@ class Arbitrator:
                     raise not_found(f"unknown device id {update.device_id}")
                 group = self._groups.get(role)
                 if group is None:
-                    if len(self._groups) >= MAX_ROLES:
+                    named = len(self._groups) - ("" in self._groups)
+                    if role and named >= MAX_ROLES:
                         raise P4RuntimeError(
                             grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"too many roles (limit {MAX_ROLES})",

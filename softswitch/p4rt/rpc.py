@@ -74,6 +74,19 @@ async def end_with(context: aio.ServicerContext, aborted: Aborted) -> NoReturn:
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+async def send(context: aio.ServicerContext, message: object) -> bool:
+    """Write one reply; False, quietly, when the client has cancelled or left (gRPC's
+    failed write would end the handler with an error logged as a traceback, one per
+    cancelled call, which any client can cause)."""
+    if context.done():
+        return False
+    try:
+        await context.write(message)
+    except aio.InternalError:  # the batch that sends it failed: the call is over
+        return False
+    return True
+
+
 async def one_request(context: aio.ServicerContext, timeout_s: float) -> bytes:
     """The call's request message, whole, within ``timeout_s`` of the call's start."""
     try:

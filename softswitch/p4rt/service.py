@@ -36,6 +36,7 @@ from softswitch.p4rt.rpc import (
     end_with,
     one_request,
     run_blocking,
+    send,
 )
 from softswitch.p4rt.status import (
     MESSAGE_LIMIT,
@@ -70,6 +71,9 @@ ARBITRATION_TIMEOUT_S = 10.0
 # Reads served at once. A client that takes its reply slowly holds the reply's bytes
 # until it has it all; past this a Read is refused.
 MAX_READS = 4
+
+# A refused packet-out is echoed back with at most this much of its payload.
+ECHO_PAYLOAD_BYTES = 4096
 
 _Request = TypeVar("_Request", bound=Message)
 _Reply = TypeVar("_Reply")
@@ -191,7 +195,8 @@ class P4RuntimeServicer:
 
         replies, failure = await run_blocking(executor, context, gather)
         for reply in replies:
-            await context.write(reply)
+            if not await send(context, reply):
+                return
         if failure is not None:
             await end_with(context, batch_aborted(failure))
 
@@ -329,7 +334,8 @@ class P4RuntimeServicer:
                 if item.error is not None:
                     await context.abort(item.error.code, item.error.message)
                 return
-            await context.write(item)
+            if not await send(context, item):
+                return
 
     async def _read_stream(self, stream: ClientStream, requests: AsyncIterator[bytes]) -> None:
         ending = StreamClosed()
@@ -366,13 +372,22 @@ class P4RuntimeServicer:
         reply = p4runtime_pb2.StreamMessageResponse()
         error_message = reply.error
         if kind == "packet":
-            error_message.packet_out.packet_out.CopyFrom(request.packet)
+            echo = error_message.packet_out.packet_out
+            echo.CopyFrom(request.packet)
             if not self.arbitrator.is_primary(stream):
                 error_message.canonical_code = grpc.StatusCode.PERMISSION_DENIED.value[0]
                 error_message.message = "only the primary client may send packets"
             else:
                 error_message.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
                 error_message.message = "packet-out is not supported by this target"
+            size = len(echo.payload)
+            if size > ECHO_PAYLOAD_BYTES:
+                # The echo only identifies the packet: a large one echoed whole could
+                # overflow the client's outbox and cost it its stream.
+                echo.payload = echo.payload[:ECHO_PAYLOAD_BYTES]
+                error_message.message += (
+                    f" (the echoed payload is its first {ECHO_PAYLOAD_BYTES} of {size} bytes)"
+                )
         elif kind == "digest_ack":
             error_message.digest_list_ack.digest_list_ack.CopyFrom(request.digest_ack)
             error_message.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
