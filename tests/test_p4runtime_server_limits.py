@@ -442,3 +442,42 @@ def test_a_client_that_cancels_or_leaves_mid_reply_costs_no_error_log(
     assert errors == [], [r.getMessage() for r in errors]
     write(served, class_update(4))  # the primary is unaffected
     assert len([e for r in served.stub.Read(wildcard_read(1)) for e in r.entities]) == 16
+
+
+def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pure-Python protobuf takes seconds over a large request: a backup's or a
+    stranger's must be refused from its header, holding no worker for the parse."""
+    parsed: list[str] = []
+    decode = service.decode_write_request
+    parse = service.parse_or_abort
+
+    def counted_decode(data: bytes) -> object:
+        parsed.append("WriteRequest")
+        return decode(data)
+
+    def counted_parse(message_type: type, data: bytes, context: object) -> object:
+        parsed.append(message_type.DESCRIPTOR.name)
+        return parse(message_type, data, context)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "decode_write_request", counted_decode)
+    monkeypatch.setattr(service, "parse_or_abort", counted_parse)
+    request = p4runtime_pb2.WriteRequest(
+        device_id=DEVICE_ID, updates=[class_update(s) for s in range(1, 200)]
+    )
+    request.election_id.low = 1  # not the primary's
+    data = request.SerializeToString() + b"\xf8\x06\x01"  # unknown field: the slow path
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.Write.with_call(p4runtime_pb2.WriteRequest.FromString(data), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    config = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY
+    )
+    config.config.p4_device_config = b"\x00" * (1 << 20)
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.SetForwardingPipelineConfig(config, timeout=5)  # no election id
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert parsed == []
+    write(served, class_update(4))  # the primary's request is parsed and applied
+    assert parsed == ["WriteRequest"]

@@ -19,6 +19,7 @@ from softswitch.p4rt.status import P4RuntimeError
 from softswitch.p4rt.wire import (
     decode_table_update,
     decode_write_request,
+    request_header,
     table_entry_data,
 )
 from softswitch.p4rt.writes import apply_raw_update
@@ -139,6 +140,75 @@ def test_write_request_header_and_updates_are_split() -> None:
     assert [p4runtime_pb2.Update.FromString(u) for u in batch.updates] == list(request.updates)
     unset = decode_write_request(p4runtime_pb2.WriteRequest(device_id=1).SerializeToString())
     assert unset.election_id is None
+
+
+@st.composite
+def claimed_headers(draw: st.DrawFn) -> bytes:
+    """A WriteRequest or SetForwardingPipelineConfigRequest, as pieces that protobuf
+    merges when concatenated: repeated headers, partial election ids, unknown fields of
+    every wire type, and now and then bytes that are no message."""
+    kind = draw(
+        st.sampled_from(
+            [p4runtime_pb2.WriteRequest, p4runtime_pb2.SetForwardingPipelineConfigRequest]
+        )
+    )
+    pieces = []
+    for _ in range(draw(st.integers(1, 3))):
+        message = kind(
+            device_id=draw(st.integers(0, 2**64 - 1)),
+            role=draw(st.sampled_from(["", "r", "ré"])),
+        )
+        if draw(st.booleans()):
+            message.election_id.SetInParent()
+            if draw(st.booleans()):
+                message.election_id.high = draw(st.integers(0, 2**64 - 1))
+            if draw(st.booleans()):
+                message.election_id.low = draw(st.integers(0, 2**64 - 1))
+        if kind is p4runtime_pb2.WriteRequest and draw(st.booleans()):
+            message.updates.add(type=1).entity.table_entry.table_id = 7
+        elif kind is not p4runtime_pb2.WriteRequest and draw(st.booleans()):
+            message.config.p4_device_config = b"x" * 300
+        pieces.append(message.SerializeToString())
+        unknown = draw(
+            st.sampled_from([b"", b"\xf8\x06\x01", b"\xf9\x06" + bytes(8), b"\xfd\x06" + bytes(4),
+                             b"\xfa\x06\x02ab", b"\x0a\x01z", b"\x1a\x03\x08\x01\x00"])
+        )  # fmt: skip
+        pieces.append(unknown)
+    data = b"".join(pieces)
+    cut = draw(st.integers(0, 3))
+    return data[: len(data) - cut] if draw(st.booleans()) else data
+
+
+@settings(max_examples=500, deadline=None)
+@given(claimed_headers())
+def test_the_header_read_ahead_of_the_parse_is_what_protobuf_reads(data: bytes) -> None:
+    """The primary check made before a Write or SetForwardingPipelineConfig is parsed
+    sees the request as protobuf will, or leaves it to the parsed request's check."""
+    header = request_header(data)
+    for kind in (p4runtime_pb2.WriteRequest, p4runtime_pb2.SetForwardingPipelineConfigRequest):
+        try:
+            parsed = kind.FromString(data)
+        except (DecodeError, UnicodeDecodeError):
+            continue
+        if header is None:
+            continue
+        election = None
+        if parsed.HasField("election_id"):
+            election = (parsed.election_id.high << 64) | parsed.election_id.low
+        assert (header.device_id, header.role, header.election_id) == (
+            parsed.device_id,
+            parsed.role,
+            election,
+        )
+
+
+def test_the_header_of_a_usual_request_is_read() -> None:
+    request = p4runtime_pb2.WriteRequest(device_id=9, role="r")
+    request.election_id.high, request.election_id.low = 2, 3
+    request.updates.add(type=1).entity.table_entry.table_id = 1
+    header = request_header(request.SerializeToString() + b"\xf8\x06\x01")
+    assert header is not None
+    assert (header.device_id, header.role, header.election_id) == (9, "r", (2 << 64) | 3)
 
 
 # ----------------------------------------------------------------------------- encoder

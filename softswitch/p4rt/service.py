@@ -50,7 +50,7 @@ from softswitch.p4rt.status import (
     shorten,
     unimplemented,
 )
-from softswitch.p4rt.wire import decode_write_request, parse_message
+from softswitch.p4rt.wire import decode_write_request, parse_message, request_header
 from softswitch.p4rt.writes import Undo, apply_raw_update
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,8 @@ class P4RuntimeServicer:
         self, request: bytes | p4runtime_pb2.WriteRequest, context: RpcContext
     ) -> p4runtime_pb2.WriteResponse:
         """Apply a batch; the server hands the raw bytes here (see ``wire``)."""
+        if isinstance(request, bytes):
+            self.refuse_unless_primary(request, context)
         try:
             batch = (
                 decode_write_request(request)
@@ -178,6 +180,21 @@ class P4RuntimeServicer:
                 context, batch_status(f"{count} of {len(errors)} updates failed", errors)
             )
         return p4runtime_pb2.WriteResponse()
+
+    def refuse_unless_primary(self, data: bytes, context: RpcContext) -> None:
+        """End the RPC unless the request's header names the primary, before the rest of
+        it is parsed: a large request from a client that may not write must not hold a
+        worker for a full parse (pure-Python protobuf: seconds per megabyte). The parsed
+        request is checked again; a header this cannot read is left to that check."""
+        header = request_header(data)
+        if header is None:
+            return
+        try:
+            self.arbitrator.check_primary(
+                header.device_id, header.role, header.election_id, context.peer()
+            )
+        except P4RuntimeError as error:
+            context.abort(error.code, error.message)
 
     # ------------------------------------------------------------------ Read
 
@@ -448,11 +465,16 @@ def _unary(
 
 
 def _parsed(
-    message_type: type[_Request], method: Callable[[_Request, RpcContext], _Reply]
+    message_type: type[_Request],
+    method: Callable[[_Request, RpcContext], _Reply],
+    check: Callable[[bytes, RpcContext], None] | None = None,
 ) -> Callable[[bytes, RpcContext], _Reply]:
-    """``method`` taking a request's raw bytes (see :func:`parse_or_abort`)."""
+    """``method`` taking a request's raw bytes (see :func:`parse_or_abort`), after
+    ``check`` of those bytes (which ends the RPC to refuse it)."""
 
     def handler(data: bytes, context: RpcContext) -> _Reply:
+        if check is not None:
+            check(data, context)
         return method(parse_or_abort(message_type, data, context), context)
 
     return handler
@@ -475,7 +497,11 @@ def add_to_server(servicer: P4RuntimeServicer, server: aio.Server, executor: Exe
         "SetForwardingPipelineConfig": _unary(
             servicer,
             executor,
-            _parsed(pb.SetForwardingPipelineConfigRequest, servicer.SetForwardingPipelineConfig),
+            _parsed(
+                pb.SetForwardingPipelineConfigRequest,
+                servicer.SetForwardingPipelineConfig,
+                servicer.refuse_unless_primary,
+            ),
             pb.SetForwardingPipelineConfigResponse,
         ),
         "GetForwardingPipelineConfig": _unary(

@@ -130,6 +130,73 @@ def parse_message(message_type: type[_M], data: bytes) -> _M:
         raise DecodeError(f"{message_type.DESCRIPTOR.name} is nested too deeply") from None
 
 
+_FIXED64 = 1
+_FIXED32 = 5
+_UINT64 = (1 << 64) - 1
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    """Who a WriteRequest or SetForwardingPipelineConfigRequest claims to come from."""
+
+    device_id: int = 0
+    role: str = ""
+    election_id: int | None = None
+
+
+def request_header(buf: bytes) -> RequestHeader | None:
+    """The device id, role and election id of a WriteRequest or a
+    SetForwardingPipelineConfigRequest (the two number them alike: 1, 6 and 3), read
+    without parsing the updates or the pipeline, so that a client that may not write is
+    refused before its request costs a full parse. Read as protobuf would: the last of
+    repeated values wins, repeated election ids merge field by field, a field of an
+    unexpected wire type is an unknown field. None for bytes this reading does not cover
+    (groups, malformed input): the full parse then decides."""
+    try:
+        header = RequestHeader()
+        high = low = 0
+        pos, end = 0, len(buf)
+        while pos < end:
+            number, wire, pos = _tag(buf, pos)
+            if wire == _VARINT:
+                value, pos = _varint(buf, pos)
+                if number == 1:
+                    header.device_id = value & _UINT64
+            elif wire == _LENGTH_DELIMITED:
+                start, pos = _span(buf, pos, end)
+                if number == 6:
+                    header.role = buf[start:pos].decode("utf-8")
+                elif number == 3:
+                    high, low = _merge_uint128(buf, start, pos, high, low)
+                    header.election_id = (high << 64) | low
+            elif wire == _FIXED64 and pos + 8 <= end:
+                pos += 8
+            elif wire == _FIXED32 and pos + 4 <= end:
+                pos += 4
+            else:
+                return None
+        _check_end(pos, end)
+        return header
+    except (NotFastPath, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _merge_uint128(buf: bytes, pos: int, end: int, high: int, low: int) -> tuple[int, int]:
+    """A Uint128's (high, low) merged into ``high`` and ``low``; unusual content raises
+    NotFastPath."""
+    while pos < end:
+        number, wire, pos = _tag(buf, pos)
+        if wire != _VARINT or number not in (1, 2):
+            raise NotFastPath("Uint128 field")
+        value, pos = _varint(buf, pos)
+        if number == 1:
+            high = value & _UINT64
+        else:
+            low = value & _UINT64
+    _check_end(pos, end)
+    return high, low
+
+
 def decode_write_request(data: bytes) -> WriteBatch:
     """Split a WriteRequest into its header and raw updates; protobuf when unusual.
 
