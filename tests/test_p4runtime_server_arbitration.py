@@ -419,6 +419,27 @@ def test_a_client_that_never_reads_is_cut_off_with_resource_exhausted(
     assert received < count
 
 
+def test_a_stream_cut_off_for_not_reading_cannot_arbitrate_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_MESSAGES", 3)
+    arbitrator = Arbitrator(DEVICE_ID)
+    cut_off: list[ClientStream] = []
+    stream = ClientStream()
+    stream.on_cut_off = cut_off.append
+    arbitrator.arbitrate(stream, _arbitration("", 5))
+    assert arbitrator.is_primary(stream)
+    reply = p4runtime_pb2.StreamMessageResponse()
+    for _ in range(5):
+        stream.send(reply)
+    assert cut_off == [stream]  # once, though more came after
+    arbitrator.remove(stream)  # what the server does on the cut-off
+    with pytest.raises(P4RuntimeError) as caught:
+        arbitrator.arbitrate(stream, _arbitration("", 6))
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert not arbitrator.is_primary(stream)
+
+
 def test_an_ended_stream_drops_what_it_never_sent() -> None:
     stream = ClientStream()
     reply = p4runtime_pb2.StreamMessageResponse()

@@ -481,3 +481,56 @@ def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
     assert parsed == []
     write(served, class_update(4))  # the primary's request is parsed and applied
     assert parsed == ["WriteRequest"]
+
+
+def test_a_primary_cut_off_for_not_reading_loses_the_role_at_once(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's write of a reply the client never takes blocks, and the call's end
+    waits behind it; the role must not, or the primary keeps writing and no other client
+    can take over."""
+    from softswitch.p4rt import arbitration
+
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 256 << 10)
+    served.primary.close()  # the fixture's primary leaves; a new one takes over below
+    channel = served.channel(fixed_window=True)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    sent = threading.Event()
+    done = threading.Event()
+
+    def requests() -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        update = p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)
+        update.election_id.low = 9
+        yield p4runtime_pb2.StreamMessageRequest(arbitration=update)
+        time.sleep(0.3)
+        request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID, updates=[class_update(1)])
+        request.election_id.low = 9
+        stub.Write(request, timeout=5)  # primary: this succeeds
+        packet = p4runtime_pb2.StreamMessageRequest()
+        packet.packet.payload = b"\x00" * 4096
+        for _ in range(1000):
+            yield packet
+        sent.set()
+        done.wait(30)  # keep the stream open, never reading it
+
+    call = stub.StreamChannel(requests())
+    assert sent.wait(20)
+    deadline = time.monotonic() + 10
+    refused = None
+    for stage in range(2, 250):  # a new entry each time: only the role can refuse it
+        if time.monotonic() > deadline:
+            break
+        request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID, updates=[class_update(stage)])
+        request.election_id.low = 9
+        try:
+            stub.Write(request, timeout=5)
+        except grpc.RpcError as error:
+            refused = error
+            break
+        time.sleep(0.1)
+    assert refused is not None and refused.code() == grpc.StatusCode.PERMISSION_DENIED
+    taker = served.session()
+    taker.arbitrate(DEVICE_ID, (0, 10))
+    assert taker.next().arbitration.status.code == code_pb2.OK
+    done.set()
+    call.cancel()

@@ -91,6 +91,10 @@ class ClientStream:
     _closed: bool = False  # a StreamClosed is queued: nothing more goes out
     on_send: Callable[[], None] | None = field(default=None, repr=False)
     """Called after an item is queued, from the thread that queued it."""
+    on_cut_off: Callable[[ClientStream], None] | None = field(default=None, repr=False)
+    """Called with the stream once its client is cut off for not reading, from the thread
+    that queued the item too many (it may hold the arbitrator's lock: defer the work).
+    Given the stream rather than holding it, so that no cycle outlives the stream."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def send(self, item: OutboxItem) -> None:
@@ -101,17 +105,22 @@ class ClientStream:
         or MAX_OUTBOX_BYTES the queued messages are dropped and the stream ends with
         RESOURCE_EXHAUSTED.
         """
-        if self._enqueue(item):
+        queued, cut_off = self._enqueue(item)
+        if queued:
             self._wake()
+        if cut_off and self.on_cut_off is not None:
+            self.on_cut_off(self)
 
-    def _enqueue(self, item: OutboxItem) -> bool:
+    def _enqueue(self, item: OutboxItem) -> tuple[bool, bool]:
+        """Whether ``item`` (or the cut-off it caused) was queued, and whether it cut the
+        client off."""
         with self._lock:
             if self._closed:
-                return False
+                return False, False
             if isinstance(item, StreamClosed):
                 self._closed = True
                 self.outbox.put(item)
-                return True
+                return True, False
             size = item.ByteSize()
             if (
                 self.outbox.qsize() >= MAX_OUTBOX_MESSAGES
@@ -127,10 +136,16 @@ class ClientStream:
                         )
                     )
                 )
-                return True
+                return True, True
             self._queued_bytes += size
             self.outbox.put(item)
-            return True
+            return True, False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the stream is ending (cut off, or its RPC over): it arbitrates no more."""
+        with self._lock:
+            return self._closed
 
     def _wake(self) -> None:
         if self.on_send is not None:
@@ -197,6 +212,10 @@ class Arbitrator:
             election_id_value(update.election_id) if update.HasField("election_id") else None
         )
         with self._lock:
+            if stream.closed:
+                raise P4RuntimeError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, "this stream is ending: open a new one"
+                )
             if stream.role is None:
                 if update.device_id != self.device_id:
                     raise not_found(f"unknown device id {update.device_id}")

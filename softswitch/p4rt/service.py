@@ -314,6 +314,7 @@ class P4RuntimeServicer:
         thread: a silent or slow client costs only its slot."""
         await self._stream_slots.take(context)
         stream = ClientStream(peer=context.peer())
+        stream.on_cut_off = self._leave_arbitration_soon()
         reader = asyncio.create_task(self._read_stream(stream, requests))
         try:
             await self._send_stream(stream, context)
@@ -321,6 +322,20 @@ class P4RuntimeServicer:
             reader.cancel()
             self.arbitrator.remove(stream)
             stream.end()
+
+    def _leave_arbitration_soon(self) -> Callable[[ClientStream], None]:
+        """For a client cut off for not reading: its stream stops counting in arbitration
+        at once, not when its call ends. That end waits behind the reply its client does
+        not take, and meanwhile a primary would keep writing and no other client could
+        take over."""
+        loop = asyncio.get_running_loop()
+
+        def leave(stream: ClientStream) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the stream is gone
+                # Deferred: the cut-off may come from a thread holding the arbitrator's lock.
+                loop.call_soon_threadsafe(self.arbitrator.remove, stream)
+
+        return leave
 
     async def _send_stream(self, stream: ClientStream, context: aio.ServicerContext) -> None:
         loop = asyncio.get_running_loop()
