@@ -534,3 +534,36 @@ def test_a_primary_cut_off_for_not_reading_loses_the_role_at_once(
     assert taker.next().arbitration.status.code == code_pb2.OK
     done.set()
     call.cancel()
+
+
+def test_a_long_read_lets_the_primary_write_meanwhile(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A legal Read of many entities must not hold the switch's state until it is done:
+    the primary's writes (with the controller's deadlines) would time out behind it."""
+    write(served, *(lpm_update(i) for i in range(16)))
+    read_entity = service.read_entity
+    gathered_s: list[float] = []
+
+    def slow_read_entity(*args: object) -> list[bytes]:
+        time.sleep(0.001)
+        gathered_s.append(time.monotonic())
+        return read_entity(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "read_entity", slow_read_entity)
+    read_entities: list[int] = []
+
+    def long_read() -> None:
+        replies = served.stub.Read(wildcard_read(2000), timeout=30)  # ≥ 2 s of work
+        read_entities.append(sum(len(reply.entities) for reply in replies))
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    while not gathered_s:
+        time.sleep(0.01)
+    write(served, class_update(9))
+    written_s = time.monotonic()
+    reader.join(30)
+    assert read_entities == [2000 * 16]
+    # The write went in while the read was still gathering, not after.
+    assert written_s < gathered_s[-1] - 0.5

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
@@ -28,7 +29,7 @@ from softswitch.p4rt.arbitration import (
     StreamClosed,
     election_id_value,
 )
-from softswitch.p4rt.pipeline_config import PipelineConfigs, PipelineHost
+from softswitch.p4rt.pipeline_config import ActivePipeline, PipelineConfigs, PipelineHost
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.rpc import (
     REQUEST_TIMEOUT_S,
@@ -67,6 +68,9 @@ MAX_STREAMS = 16
 # A stream must arbitrate this soon after it opens, or it is ended: a connection that
 # only holds a stream open must not keep a slot from a controller.
 ARBITRATION_TIMEOUT_S = 10.0
+
+# A Read holds the switch's state this long at most before it lets writes and packets in.
+READ_LOCK_SLICE_S = 0.005
 
 # Reads served at once. A client that takes its reply slowly holds the reply's bytes
 # until it has it all; past this a Read is refused.
@@ -225,27 +229,32 @@ class P4RuntimeServicer:
         results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
         budget = ReplyBudget()
+        entities = request.entities
         try:
             if request.device_id != self.device_id:
                 raise not_found(f"unknown device id {request.device_id}")
-            with self.state_lock:
-                active = self.configs.active()
-                with active.runtime.lock:
-                    for number, entity in enumerate(request.entities):
-                        try:
-                            results.extend(read_entity(active, entity, budget))
-                            errors.append(None)
-                        except ReplyTooLarge as error:
-                            raise P4RuntimeError(
-                                error.code,
-                                f"{error.message} at entity {number} of "
-                                f"{len(request.entities)}: read fewer entities per request",
-                            ) from None
-                        except P4RuntimeError as error:
-                            errors.append(error)
-                        except Exception as error:  # spec §13.3: INTERNAL for that request
-                            log.exception("internal error reading an entity")
-                            errors.append(internal(error))
+            first: ActivePipeline | None = None
+            number = 0
+            while number < len(entities):
+                # The switch's state is held a slice at a time, so that a long Read does
+                # not hold up the primary's writes (or packets) until it is done.
+                with self.state_lock:
+                    active = self.configs.active()
+                    if first is None:
+                        first = active
+                    elif active.runtime is not first.runtime or active.index is not first.index:
+                        raise P4RuntimeError(
+                            grpc.StatusCode.ABORTED,
+                            "the forwarding pipeline changed during this Read: read again",
+                        )
+                    with active.runtime.lock:
+                        slice_end_s = time.monotonic() + READ_LOCK_SLICE_S
+                        while number < len(entities):
+                            errors.append(self._read_one(active, entities, number, budget, results))
+                            number += 1
+                            if time.monotonic() >= slice_end_s:
+                                break
+                time.sleep(0)  # a write waiting for the locks takes them now
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         replies = [
@@ -257,6 +266,31 @@ class P4RuntimeServicer:
             count = sum(error is not None for error in errors)
             failure = batch_status(f"{count} of {len(errors)} read requests failed", errors)
         return replies, failure
+
+    @staticmethod
+    def _read_one(
+        active: ActivePipeline,
+        entities: Sequence[p4runtime_pb2.Entity],
+        number: int,
+        budget: ReplyBudget,
+        results: list[bytes],
+    ) -> P4RuntimeError | None:
+        """Add what entity ``number`` selects to ``results``; its error, if any. A reply
+        past the budget fails the whole Read."""
+        try:
+            results.extend(read_entity(active, entities[number], budget))
+        except ReplyTooLarge as error:
+            raise P4RuntimeError(
+                error.code,
+                f"{error.message} at entity {number} of "
+                f"{len(entities)}: read fewer entities per request",
+            ) from None
+        except P4RuntimeError as error:
+            return error
+        except Exception as error:  # spec §13.3: INTERNAL for that request
+            log.exception("internal error reading an entity")
+            return internal(error)
+        return None
 
     # ------------------------------------------------------------------ pipeline config
 
