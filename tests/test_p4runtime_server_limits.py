@@ -567,3 +567,45 @@ def test_a_long_read_lets_the_primary_write_meanwhile(
     assert read_entities == [2000 * 16]
     # The write went in while the read was still gathering, not after.
     assert written_s < gathered_s[-1] - 0.5
+
+
+def test_a_read_across_a_pipeline_change_is_aborted_not_mixed(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(served, *(lpm_update(i) for i in range(16)))
+    read_entity = service.read_entity
+    gathered = threading.Event()
+
+    def slow_read_entity(*args: object) -> list[bytes]:
+        time.sleep(0.001)
+        gathered.set()
+        return read_entity(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "read_entity", slow_read_entity)
+    outcome: list[grpc.RpcError | int] = []
+
+    def long_read() -> None:
+        try:
+            replies = served.stub.Read(wildcard_read(2000), timeout=30)
+            outcome.append(sum(len(reply.entities) for reply in replies))
+        except grpc.RpcError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    assert gathered.wait(10)
+    program = program_under_test()
+    request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID,
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+    )
+    request.election_id.high, request.election_id.low = ELECTION
+    request.config.p4info.CopyFrom(program.p4info)
+    request.config.p4_device_config = program.device_config()
+    served.stub.SetForwardingPipelineConfig(request, timeout=10)  # a new pipeline, empty
+    reader.join(30)
+    [error] = outcome
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() == grpc.StatusCode.ABORTED
+    assert "pipeline changed during this Read" in (error.details() or "")
+    assert [e for r in served.stub.Read(wildcard_read(1)) for e in r.entities] == []
