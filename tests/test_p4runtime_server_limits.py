@@ -609,3 +609,42 @@ def test_a_read_across_a_pipeline_change_is_aborted_not_mixed(
     assert error.code() == grpc.StatusCode.ABORTED
     assert "pipeline changed during this Read" in (error.details() or "")
     assert [e for r in served.stub.Read(wildcard_read(1)) for e in r.entities] == []
+
+
+def test_reads_whose_replies_are_not_taken_give_their_slots_back(
+    served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clients that start Reads and never take the replies must not keep every other
+    client, the controller among them, from reading."""
+    monkeypatch.setattr(service, "READ_REPLY_TIMEOUT_S", 5.0)
+    write(served, *(lpm_update(i) for i in range(16)))
+    held = []
+    for _ in range(service.MAX_READS):
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(served.channel(fixed_window=True))
+        replies = stub.Read(wildcard_read(8000), timeout=60)
+        next(replies)  # the first reply only
+        held.append(replies)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(served.stub.Read(wildcard_read(1), timeout=5))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            read = [e for r in served.stub.Read(wildcard_read(1), timeout=5) for e in r.entities]
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert time.monotonic() < deadline, "the stalled Reads keep their slots"
+            time.sleep(0.1)
+    assert len(read) == 16
+    # A client that reads on after that gets an error, never a cut reply that looks whole.
+    with pytest.raises(grpc.RpcError) as caught:
+        list(held[0])
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "incomplete" in (caught.value.details() or "")
+    for replies in held[1:]:
+        replies.cancel()  # type: ignore[attr-defined]
+    time.sleep(0.5)
+    errors = [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert errors == []
+    write(served, class_update(5))

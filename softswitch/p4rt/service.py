@@ -72,6 +72,10 @@ ARBITRATION_TIMEOUT_S = 10.0
 # A Read holds the switch's state this long at most before it lets writes and packets in.
 READ_LOCK_SLICE_S = 0.005
 
+# The time a client has to take a Read's whole reply; a client that does not read it
+# must not hold a read slot for ever.
+READ_REPLY_TIMEOUT_S = 60.0
+
 # Reads served at once. A client that takes its reply slowly holds the reply's bytes
 # until it has it all; past this a Read is refused.
 MAX_READS = 4
@@ -90,14 +94,26 @@ class Slots:
         self._free = threading.BoundedSemaphore(limit)
         self._refusal = f"too many {what} (limit {limit}); {advice}"
 
-    async def take(self, context: aio.ServicerContext) -> None:
+    async def take(self, context: aio.ServicerContext) -> Callable[[], None]:
         """A slot until the RPC is over, RESOURCE_EXHAUSTED if none is free. Over means
         the client has taken every reply or the call was cut off: gRPC buffers replies
         the client has not read, and a slot held only while they are written would let
-        any number of unread replies pile up in memory."""
+        any number of unread replies pile up in memory. Returns what gives the slot back
+        sooner (once, whichever comes first)."""
         if not self._free.acquire(blocking=False):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
-        context.add_done_callback(lambda _: self._free.release())
+        held = [True]
+        lock = threading.Lock()
+
+        def release() -> None:
+            with lock:
+                if not held[0]:
+                    return
+                held[0] = False
+            self._free.release()
+
+        context.add_done_callback(lambda _: release())
+        return release
 
 
 WriteRequest = p4runtime_pb2.WriteRequest
@@ -208,16 +224,38 @@ class P4RuntimeServicer:
         The entities are gathered on a worker thread under the state lock; the replies go
         out from the event loop, at the pace the client takes them."""
         data = await one_request(context, self.request_timeout_s)
-        await self._read_slots.take(context)
+        release_slot = await self._read_slots.take(context)
 
         def gather(blocking: RpcContext) -> tuple[list[bytes], status_pb2.Status | None]:
             request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
             return self.read_replies(request, blocking)
 
         replies, failure = await run_blocking(executor, context, gather)
-        for reply in replies:
-            if not await send(context, reply):
-                return
+        stalled = False
+
+        def give_up() -> None:
+            # The client has not taken the reply in time: the slot goes to another Read,
+            # and the replies not yet sent are dropped (gRPC holds at most the one being
+            # written and what the connection's window took).
+            nonlocal stalled
+            stalled = True
+            replies.clear()
+            release_slot()
+
+        timer = asyncio.get_running_loop().call_later(READ_REPLY_TIMEOUT_S, give_up)
+        try:
+            sent = 0
+            while sent < len(replies):
+                if not await send(context, replies[sent]):
+                    return
+                sent += 1
+        finally:
+            timer.cancel()
+        if stalled:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the reply was not taken within {READ_REPLY_TIMEOUT_S:g} s: it is incomplete",
+            )
         if failure is not None:
             await end_with(context, batch_aborted(failure))
 
