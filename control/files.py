@@ -233,9 +233,7 @@ def atomic_write_all(writes: Mapping[Path, Callable[[Path], object]]) -> None:
     old content back (or is removed when it did not exist), so every target is left
     as it was. A target that is a directory is refused before anything is written.
     """
-    for target in writes:
-        if _is_directory(target):
-            raise UserError(f"{target}: cannot write: is a directory")
+    writes = {output_file(target): write for target, write in writes.items()}
     staged: list[tuple[Path, Path]] = []  # (temporary, target)
     backups: list[Path | None] = []  # old content of staged[i]'s target, None if none
     renamed = 0
@@ -270,12 +268,22 @@ def atomic_write_all(writes: Mapping[Path, Callable[[Path], object]]) -> None:
                 backup.unlink(missing_ok=True)
 
 
-def _is_directory(path: Path) -> bool:
-    """Whether ``path`` itself (not what a symbolic link points to) is a directory."""
+def output_file(target: Path) -> Path:
+    """The file to write for ``target``: what a symbolic link points to (the link stays),
+    which must be a regular file or nothing yet. Renaming over a device, a FIFO or a
+    socket would replace it with a file: as root, ``--out /dev/null`` would take the
+    machine's ``/dev/null`` away."""
+    resolved = Path(os.path.realpath(target)) if os.path.islink(target) else target
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+        info = os.stat(resolved)
+    except FileNotFoundError:
+        return resolved
+    except OSError as error:
+        raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), None)
+        raise UserError(f"{target}: cannot write: is {kind or 'not a regular file'}")
+    return resolved
 
 
 def _staged(target: Path, write: Callable[[Path], object]) -> Path:

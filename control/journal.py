@@ -20,7 +20,7 @@ from typing import Any
 
 from control.errors import UserError
 from control.events import Event, JSONError, decode_json, event_to_json
-from control.files import atomic_write_text
+from control.files import atomic_write_text, output_file, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,11 @@ class EventJournal:
     def check_writable(self) -> None:
         """Fail at start-up, not at the first event: the file must open for appending and
         its directory must take the temporary file of a rewrite."""
+        if os.path.lexists(self.path):
+            try:
+                output_file(self.path)  # a FIFO would block the open, a device take no file
+            except UserError as error:
+                raise UserError(f"cannot keep the event journal: {error}") from None
         try:
             with self.path.open("a", encoding="utf-8"):
                 pass
@@ -57,14 +62,9 @@ class EventJournal:
         A last line without its end of line that does not decode is a record torn by a
         crash: it is cut off the file with a warning. Any other bad line is an error
         naming the file and line."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        if not os.path.exists(self.path):  # nothing yet (a link may name a file to come)
             return []
-        except OSError as error:
-            raise UserError(
-                f"{self.path}: cannot read the event journal: {error.strerror}"
-            ) from None
+        data = read_bytes(self.path, what="event journal")  # a regular file, bounded
         lines = data.split(b"\n")
         tail = lines.pop()  # what follows the last end of line (empty in a whole file)
         events = [

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,29 @@ def test_an_unwritable_journal_stops_the_controller_at_start(tmp_path: Path) -> 
     assert result.stderr.splitlines() == [
         f"beamer: error: {journal}: cannot write the event journal: Not a directory"
     ]
+
+
+def test_a_journal_that_is_no_regular_file_stops_the_controller_at_start(
+    tmp_path: Path,
+) -> None:
+    """A FIFO would block the controller's start for ever; a device such as /dev/zero
+    would be read until memory ran out (and, renamed over, replaced)."""
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+    topo = write_topology(tmp_path, "127.0.0.1:1")
+    result = subprocess.run(
+        controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(fifo)]),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"beamer: error: cannot keep the event journal: {fifo}: cannot write: "
+        "is a FIFO (named pipe)"
+    ]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_a_torn_last_record_is_dropped_with_a_warning(

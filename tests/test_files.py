@@ -1,5 +1,6 @@
 import errno
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,41 @@ def test_unwritable_directory_and_missing_file_are_user_errors(tmp_path: Path) -
     (tmp_path / "latin1.txt").write_bytes(b"\xff\xfe")
     with pytest.raises(UserError, match="not UTF-8"):
         read_text(tmp_path / "latin1.txt")
+
+
+def test_outputs_replace_only_regular_files_and_write_through_links(tmp_path: Path) -> None:
+    """Renaming over a device, a FIFO or a socket would replace it with a file (as root,
+    ``--out /dev/null`` took the machine's /dev/null away); a link keeps pointing at the
+    file it names, which gets the new content."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "dir").mkdir()
+    targets = [fifo, tmp_path / "dir"]
+    device = tmp_path / "null"
+    if os.geteuid() == 0:  # a character device like /dev/null, made only as root
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        targets.append(device)
+    for target in targets:
+        with pytest.raises(UserError, match=r"cannot write: is a (FIFO|directory|character)"):
+            atomic_write_bytes(target, b"x")
+        link = tmp_path / f"link-to-{target.name}"
+        link.symlink_to(target)
+        with pytest.raises(UserError, match="cannot write: is a"):
+            atomic_write_all_bytes({tmp_path / "fine": b"y", link: b"x"})
+        assert not (tmp_path / "fine").exists()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if device.exists():
+        assert stat.S_ISCHR(os.lstat(device).st_mode)
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    atomic_write_bytes(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new"
+    dangling = tmp_path / "dangling.txt"
+    dangling.symlink_to(tmp_path / "made-by-the-write.txt")
+    atomic_write_bytes(dangling, b"made")
+    assert dangling.is_symlink() and (tmp_path / "made-by-the-write.txt").read_bytes() == b"made"
 
 
 def test_json_nesting_is_limited_before_decoding() -> None:
