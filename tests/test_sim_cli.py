@@ -180,6 +180,12 @@ def test_json_workloads_use_the_fast_model_too(
         ("4 1\n1 1e300 1 0 1 1:1\n", "arrival time 1e300 is above the limit of 1e+11 ms"),
         ("4 1\n1 0 1 0 1 1:1e30\n", "reducer 1 size (MB) 1e30 is above the limit"),
         ("1000000000 1\n1 0 1 0 1 1:1\n", "number of ports 1000000000 is out of range"),
+        # Within each limit alone, but the coflows × ports matrix would take 10 GB.
+        (
+            "10000 65536\n"
+            + "".join(f"{i} 0 1 {i % 10000} 1 {(i + 1) % 10000}:1\n" for i in range(65536)),
+            "65,536 coflows on 10,000 ports exceed the limit of 2,000",
+        ),
     ],
 )
 def test_absurd_trace_values_are_refused_up_front(

@@ -144,6 +144,11 @@ def test_offline_fb2010_subset_of_the_issue() -> None:
         ("4 1\n1 0 1 0 1 1:1e30\n", "size (MB) 1e30 is above the limit"),
         ("1000000000 1\n1 0 1 0 1 1:1\n", "number of ports 1000000000 is out of range"),
         ("4 1000000000000\n", "number of coflows 1000000000000 is out of range"),
+        (
+            "10000 65536\n",
+            "65,536 coflows on 10,000 ports exceed the limit of 2,000 (coflows × ports at "
+            "most 20,000,000",
+        ),
     ],
 )
 def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> None:

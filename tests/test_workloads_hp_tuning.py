@@ -344,6 +344,15 @@ def test_the_generated_workload_passes_the_readers_own_checks(
     assert "].arrival_s: " in str(refused.value)
 
 
+def test_coflows_on_many_hosts_are_limited_by_their_product() -> None:
+    with pytest.raises(SettingError) as refused:
+        generate(HpTuningConfig(num_hosts=10_000, num_jobs=400))
+    assert refused.value.field == "num_jobs"
+    assert "above the limit of 2,000 on 10,000 hosts (coflows × hosts at most 20,000,000)" in (
+        str(refused.value)
+    )
+
+
 def test_workloads_near_the_limits_are_still_generated() -> None:
     # Four SHA runs of 32 budget units × 7,800 iterations: 998,400 coflows of the
     # 1,000,000 allowed, on the slowest link allowed.

@@ -253,6 +253,19 @@ def test_too_many_coflows_are_refused_before_any_run(tmp_path: Path) -> None:
     assert "exceed the limit of 1,000,000" in _error(tmp_path, text)
 
 
+def test_coflows_times_hosts_is_limited(tmp_path: Path) -> None:
+    """Within each limit alone (hosts, coflows), but every coflow may be active at once and
+    the simulator keeps their remaining bytes by port."""
+    many_hosts = _sample().replace('"num_hosts": 3', '"num_hosts": 10000', 1)
+    fits = many_hosts.replace('"iterations": 3', '"iterations": 1998', 1)  # 2,000 coflows
+    assert json_format.loads(fits).num_hosts == 10_000
+    message = _error(tmp_path, many_hosts.replace('"iterations": 3', '"iterations": 1999', 1))
+    assert (
+        "$.experiments: 2,001 coflows on 10,000 hosts exceed the limit of 2,000 (coflows × "
+        "hosts at most 20,000,000" in message
+    )
+
+
 def test_the_largest_workload_the_limits_allow_fits_the_file_limit() -> None:
     # The longest text per coflow: one-iteration trial stages (as many as there may be
     # coflows) of five flows (then as many flows as there may be), every id and number

@@ -38,6 +38,7 @@ from workloads.limits import (
     MAX_FLOWS,
     MAX_HOSTS,
     MAX_TIME_S,
+    coflows_above_limit,
 )
 
 BYTES_PER_MB = 1_048_576
@@ -121,6 +122,9 @@ def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[
             raise _LineError(f"header has {len(header)} fields, expected '<ports> <coflows>'")
         num_ports = _int(header[0], "number of ports", low=1, high=MAX_PORTS)
         num_coflows = _int(header[1], "number of coflows", low=0, high=MAX_COFLOWS)
+        too_many = coflows_above_limit(num_coflows, num_ports, "ports")
+        if too_many is not None:
+            raise _LineError(too_many)
     except _LineError as error:
         raise TraceError(source, header_line, str(error)) from None
     body = numbered[1:]

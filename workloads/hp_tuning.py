@@ -37,6 +37,7 @@ from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from workloads import json_format
 from workloads.limits import (
+    MAX_COFLOW_HOSTS,
     MAX_COFLOWS,
     MAX_FLOW_BYTES,
     MAX_FLOWS,
@@ -47,6 +48,7 @@ from workloads.limits import (
     MAX_TIME_S,
     MIN_LINK_BPS,
     SettingError,
+    max_coflows,
 )
 from workloads.models import MODELS, DlModel, get_model
 
@@ -318,7 +320,7 @@ def _check_sizes(config: HpTuningConfig) -> None:
     least_flows = min(size.trial_stages for size in sizes.values()) * min(flows_per_iteration)
     least_experiments = min(size.experiments for size in sizes.values())
     for what, count, limit in (
-        ("coflows (trials × iterations)", fewest.coflows, MAX_COFLOWS),
+        ("coflows (trials × iterations)", fewest.coflows, max_coflows(config.num_hosts)),
         ("synchronisation flows", least_flows, MAX_FLOWS),
         ("experiments (SHA runs and brackets)", least_experiments, MAX_ID + 1),
     ):
@@ -326,7 +328,7 @@ def _check_sizes(config: HpTuningConfig) -> None:
             raise SettingError(
                 "num_jobs",
                 f"{config.num_jobs:,} jobs hold at least {config.num_jobs * count:,} {what}, "
-                f"above the limit of {limit:,}",
+                f"above the limit of {limit:,}{_on_hosts(config, limit)}",
             )
     slowest = max((get_model(name) for name in config.models), key=lambda m: m.compute_s)
     compute_s = slowest.compute_s * config.time_scale
@@ -475,7 +477,7 @@ def generate(config: HpTuningConfig | None = None) -> Workload:
         totals["flows"] += size.trial_stages * _flows_per_iteration(draw.pattern, draw.workers)
         totals["experiments"] += size.experiments
         for what, limit in (
-            ("coflows", MAX_COFLOWS),
+            ("coflows", max_coflows(config.num_hosts)),
             ("flows", MAX_FLOWS),
             ("experiments", MAX_ID + 1),
         ):
@@ -484,7 +486,7 @@ def generate(config: HpTuningConfig | None = None) -> Workload:
                     "num_jobs",
                     f"the first {len(draws):,} of {config.num_jobs:,} jobs drawn with seed "
                     f"{config.seed} already hold {totals[what]:,} {_WHAT[what]}, above the "
-                    f"limit of {limit:,}",
+                    f"limit of {limit:,}{_on_hosts(config, limit)}",
                 )
     # Poisson arrivals conditioned on the window: the first job arrives at 0 and
     # the K−1 exponential gaps are normalised to span exactly (K−1)/λ. Given
@@ -564,3 +566,10 @@ def _check_written_form(workload: Workload) -> None:
         else:
             setting = _SETTING_OF_FIELD.get(names[-1] if names else "", "num_jobs")
         raise SettingError(setting, f"the workload would be refused: {invalid}") from None
+
+
+def _on_hosts(config: HpTuningConfig, limit: int) -> str:
+    """Why a coflow limit is lower than MAX_COFLOWS: the hosts (see :data:`MAX_COFLOW_HOSTS`)."""
+    if limit >= MAX_COFLOWS or limit != max_coflows(config.num_hosts):
+        return ""
+    return f" on {config.num_hosts:,} hosts (coflows × hosts at most {MAX_COFLOW_HOSTS:,})"

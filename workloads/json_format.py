@@ -34,6 +34,7 @@ from workloads.limits import (
     MAX_LINK_BPS,
     MAX_TIME_S,
     MIN_LINK_BPS,
+    coflows_above_limit,
 )
 
 FORMAT_ID = "beamer-workload/1"
@@ -376,6 +377,9 @@ def _workload(document: Any) -> Workload:
             ("experiments",),
             f"{coflows:,} coflows (trials × iterations) exceed the limit of {MAX_COFLOWS:,}",
         )
+    too_many = coflows_above_limit(coflows, num_hosts)
+    if too_many is not None:
+        raise _Invalid(("experiments",), f"{too_many} (coflows: trials × iterations)")
     flows = sum(len(t.sync_flows) for t in trials)
     if flows > MAX_FLOWS:
         raise _Invalid(

@@ -26,6 +26,33 @@ MAX_COFLOWS = 1_000_000
 """Coflows of a whole workload (trials × iterations, summed)."""
 MAX_FLOWS = 5_000_000
 """Flows of a whole workload (each trial's synchronisation flows, summed)."""
+MAX_COFLOW_HOSTS = 20_000_000
+"""Coflows × hosts of a whole workload. The simulator's ranking reads the active
+coflows' remaining bytes by port (16 bytes per coflow and host, built with two
+temporaries of the same size), and every coflow may be active at once: at the limit
+that is 320 MB, about 1 GB at its peak. Each limit alone allowed 10,000 hosts and a
+million coflows, 160 GB. FB2010 has 78,900 (526 coflows, 150 ports); the HP-tuning
+generator at its most coflows, 16 million (a million coflows on 16 hosts)."""
+
+
+def max_coflows(num_hosts: int) -> int:
+    """The most coflows a workload on ``num_hosts`` hosts (trace ports) may hold."""
+    return min(MAX_COFLOWS, MAX_COFLOW_HOSTS // max(num_hosts, 1))
+
+
+def coflows_above_limit(coflows: int, num_hosts: int, hosts: str = "hosts") -> str | None:
+    """Why ``coflows`` coflows on ``num_hosts`` hosts are too many, or None."""
+    if coflows <= MAX_COFLOWS and coflows * num_hosts <= MAX_COFLOW_HOSTS:
+        return None
+    if coflows > MAX_COFLOWS:
+        return f"{coflows:,} coflows exceed the limit of {MAX_COFLOWS:,}"
+    return (
+        f"{coflows:,} coflows on {num_hosts:,} {hosts} exceed the limit of "
+        f"{max_coflows(num_hosts):,} (coflows × {hosts} at most {MAX_COFLOW_HOSTS:,}: "
+        "the simulator keeps the remaining bytes of every active coflow by port)"
+    )
+
+
 MAX_LINK_BPS = 1e15
 """Host link rate."""
 MIN_LINK_BPS = 1e3
