@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import h11
 
+from control.addresses import split_hostport
 from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage
 
@@ -953,10 +954,10 @@ def _remove_stale_socket(path: Path) -> None:
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    address = split_hostport(text, allow_zero=True)
+    if address is None:
         raise UserError(f"{text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    return address
 
 
 # --- client -----------------------------------------------------------------------------

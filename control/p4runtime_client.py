@@ -20,6 +20,8 @@ from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from control.addresses import is_decimal
+
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 """Trailer carrying a serialised ``google.rpc.Status`` with per-update errors."""
 
@@ -321,7 +323,7 @@ def parse_election_id(text: str) -> int:
     Raises ValueError naming what is wrong; 0 is reserved by the spec.
     """
     parts = [part.strip() for part in text.split(",")]
-    if len(parts) > 2 or not all(part.isdigit() for part in parts):
+    if len(parts) > 2 or not all(is_decimal(part) for part in parts):
         raise ValueError(f"{text!r} is not an integer or HIGH,LOW")
     if len(parts) == 2:
         high, low = (int(part) for part in parts)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
+from control.addresses import split_hostport
 from control.errors import UserError
 from control.files import read_json
 from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
@@ -343,8 +344,7 @@ class _Parser:
 
     def address(self, value: Any, field: str) -> str:
         text = self.string(value, field)
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        if split_hostport(text) is None:
             raise self.fail(field, f"{text!r} is not HOST:PORT")
         return text
 
@@ -438,7 +438,8 @@ class _Parser:
                     raise self.fail(
                         f"{field}.rate_mbps", f"expected a positive number, got {rate_value!r}"
                     )
-                if not MIN_LINK_BPS <= rate_value * 1e6 <= MAX_LINK_BPS:
+                # Compared as given: a huge integer does not convert to a float.
+                if not MIN_LINK_BPS / 1e6 <= rate_value <= MAX_LINK_BPS / 1e6:
                     raise self.fail(
                         f"{field}.rate_mbps",
                         f"{rate_value!r} is out of range {MIN_LINK_BPS / 1e6:g}.."

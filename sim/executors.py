@@ -40,6 +40,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from tqdm import tqdm
 
+from control.addresses import split_hostport
 from control.errors import UserError
 from control.interrupts import restore_handlers, unwind_on_termination
 
@@ -400,13 +401,13 @@ def _import_ray() -> Any:
 def _check_reachable(address: str) -> None:
     """Fail fast with one line when nothing listens at HOST:PORT (Ray itself retries for
     minutes); ``auto`` and other address forms are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        if address == "auto" or "://" in address:
-            return
+    if address == "auto" or "://" in address:
+        return
+    hostport = split_hostport(address)
+    if hostport is None:
         raise UserError(f"--ray-address: {address!r} is not HOST:PORT (or auto)")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+        with socket.create_connection(hostport, timeout=5):
             pass
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__

@@ -259,6 +259,18 @@ def _mutated(mutate: Any) -> dict[str, Any]:
             lambda r: r["links"][1].update(rate_mbps=1e300),
             r"links\[1\]\.rate_mbps: 1e\+300 is out of range",
         ),
+        (  # an integer too large for a float: no OverflowError
+            lambda r: r["links"][1].update(rate_mbps=10**400),
+            r"links\[1\]\.rate_mbps: 1000+ is out of range",
+        ),
+        (  # '²' passes str.isdigit but is no port
+            lambda r: r["switches"][1].update(grpc_addr="127.0.0.1:\u00b2"),
+            r"switches\[1\]\.grpc_addr: '127\.0\.0\.1:²' is not HOST:PORT",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="127.0.0.1:\u0669\u0661\u0660\u0660"),
+            r"switches\[1\]\.grpc_addr: '127\.0\.0\.1:٩١٠٠' is not HOST:PORT",
+        ),
         (lambda r: r["links"][1].update(node2="s1", port2=2), r"links\[1\]: links s1 to itself"),
         (
             lambda r: r["links"].append({"node1": "h1", "node2": "s3", "port2": 9}),

@@ -1,0 +1,46 @@
+"""HOST:PORT and decimal numbers on command lines and in files: ASCII digits only."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.addresses import split_hostport
+from control.errors import UserError
+from control.events import parse_hostport
+from control.p4runtime_client import parse_election_id
+from sim.executors import _check_reachable
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9559", ("127.0.0.1", 9559)),
+        ("[::1]:50051", ("::1", 50051)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("127.0.0.1:0", None),
+        ("127.0.0.1:65536", None),
+        ("127.0.0.1:99999", None),
+        ("127.0.0.1:²", None),  # str.isdigit() says yes, int() says no
+        ("127.0.0.1:٩١٠٠", None),  # Arabic-Indic digits int() reads as 9100
+        ("127.0.0.1:+80", None),
+        ("127.0.0.1: 80", None),
+        ("127.0.0.1:0000080", None),
+        (":80", None),
+        ("127.0.0.1", None),
+    ],
+)
+def test_split_hostport_takes_ascii_ports_in_range(
+    text: str, expected: tuple[str, int] | None
+) -> None:
+    assert split_hostport(text) == expected
+
+
+def test_a_listener_may_ask_for_any_port_and_refusals_are_user_errors() -> None:
+    assert parse_hostport("127.0.0.1:0") == ("127.0.0.1", 0)
+    with pytest.raises(UserError, match="is not HOST:PORT"):
+        parse_hostport("127.0.0.1:²")
+    with pytest.raises(UserError, match=r"--ray-address: '127\.0\.0\.1:99999' is not HOST:PORT"):
+        _check_reachable("127.0.0.1:99999")
+    with pytest.raises(ValueError, match="is not an integer or HIGH,LOW"):
+        parse_election_id("²")
+    assert parse_election_id("1,2") == (1 << 64) | 2
