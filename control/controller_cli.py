@@ -239,8 +239,18 @@ def show_status(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(status, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_status(status))
+        return 0
+    try:
+        text = format_status(status)
+    except KeyError as error:
+        raise UserError(
+            f"{address}: the status has no field {error}: not a Beamer controller?"
+        ) from None
+    except (TypeError, ValueError, IndexError, AttributeError):
+        raise UserError(
+            f"{address}: the status has a field of the wrong kind: not a Beamer controller?"
+        ) from None
+    sys.stdout.write(text)
     return 0
 
 

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import h11
 
-from control.addresses import split_hostport
+from control.addresses import is_decimal, split_hostport
 from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage
 
@@ -983,6 +983,33 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+class _Deadline:
+    """Ends a call on ``connection`` once ``timeout_s`` have passed. The socket timeout
+    bounds each wait, not the whole answer: a server that sends a byte now and then
+    would hold the call for ever."""
+
+    def __init__(self, connection: http.client.HTTPConnection, timeout_s: float) -> None:
+        self.expired = threading.Event()
+        self._connection = connection
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired.set()
+        sock = self._connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+MAX_RESPONSE_BYTES = 64 << 20
+"""The largest answer the client reads: a status lists every entry of every switch."""
+
+
 class EventClient:
     """Sends events to a controller over HTTP: ``EventClient("127.0.0.1:9100")`` or
     ``EventClient("/run/beamer.sock")`` (a path, i.e. anything containing ``/``).
@@ -1010,14 +1037,23 @@ class EventClient:
             for attempt in (0, 1):
                 if self._connection is None:
                     self._connection = self._connect()
+                connection = self._connection
+                deadline = _Deadline(connection, self.timeout_s)
                 try:
-                    self._connection.request(method, path, body=data, headers=headers)
-                    response = self._connection.getresponse()
-                    payload = response.read()
+                    connection.request(method, path, body=data, headers=headers)
+                    response = connection.getresponse()
+                    payload = self._read_body(response)
+                    if deadline.expired.is_set():  # the body was cut off, not whole
+                        raise TimeoutError
                     break
                 except (ConnectionError, http.client.HTTPException, OSError) as error:
-                    self._connection.close()
+                    connection.close()
                     self._connection = None
+                    if deadline.expired.is_set():
+                        raise ControllerUnreachable(
+                            f"controller at {self.address}: no whole answer within "
+                            f"{self.timeout_s:g} s"
+                        ) from None
                     # A kept-alive connection the server closed: retry once on a new one.
                     if attempt == 1 or not isinstance(
                         error, ConnectionError | http.client.RemoteDisconnected
@@ -1025,12 +1061,21 @@ class EventClient:
                         raise ControllerUnreachable(
                             f"controller at {self.address}: {error}"
                         ) from None
+                finally:
+                    deadline.cancel()
         try:
-            result: dict[str, Any] = json.loads(payload)
-        except json.JSONDecodeError:
+            decoded = decode_json(payload)
+        except JSONError as error:
             raise ControllerUnreachable(
-                f"controller at {self.address} answered HTTP {response.status} without JSON"
+                f"controller at {self.address} answered HTTP {response.status} without "
+                f"valid JSON ({error})"
             ) from None
+        if not isinstance(decoded, dict):
+            raise ControllerUnreachable(
+                f"controller at {self.address} answered HTTP {response.status} with JSON "
+                "that is not an object"
+            )
+        result: dict[str, Any] = decoded
         if response.status == 400:
             raise EventRejected(f"controller refused the event: {result.get('error')}")
         if response.status != 200:
@@ -1038,6 +1083,23 @@ class EventClient:
                 f"controller at {self.address}: HTTP {response.status}: {result.get('error')}"
             )
         return result
+
+    def _read_body(self, response: http.client.HTTPResponse) -> bytes:
+        """The body, at most MAX_RESPONSE_BYTES (a stranger on the port could announce or
+        send any amount)."""
+        announced = response.getheader("Content-Length")
+        size = int(announced) if announced is not None and is_decimal(announced.strip()) else 0
+        if size > MAX_RESPONSE_BYTES:
+            raise ControllerUnreachable(
+                f"controller at {self.address} announced a {size:,}-byte answer, above the "
+                f"limit of {MAX_RESPONSE_BYTES:,}"
+            )
+        payload = response.read(MAX_RESPONSE_BYTES + 1)
+        if len(payload) > MAX_RESPONSE_BYTES:
+            raise ControllerUnreachable(
+                f"controller at {self.address}: an answer of more than {MAX_RESPONSE_BYTES:,} bytes"
+            )
+        return payload
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,121 @@
+"""`beamer status` against something on the port that is not a Beamer controller, or
+one that misbehaves: one line, exit 2, within the client's timeout, whatever it sends."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from control.cli import main
+from control.events import ControllerUnreachable, EventClient
+
+Answer = Callable[[socket.socket], None]
+
+
+def _reply(status: str, body: bytes, headers: str = "") -> Answer:
+    def answer(conn: socket.socket) -> None:
+        head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{headers}"
+        if "Content-Length" not in headers:
+            head += f"Content-Length: {len(body)}\r\n"
+        conn.sendall(head.encode() + b"\r\n" + body)
+
+    return answer
+
+
+def _trickle(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+    for _ in range(100):  # one byte now and then: each wait is short, the whole is not
+        time.sleep(0.2)
+        conn.sendall(b" ")
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[[Answer], str]]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    answers: list[Answer] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                if answers:
+                    with contextlib.suppress(OSError):  # the client gave up
+                        answers[0](conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def address(answer: Answer) -> str:
+        answers[:] = [answer]
+        return f"127.0.0.1:{listener.getsockname()[1]}"
+
+    yield address
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (_reply("200 OK", b"[]"), "JSON that is not an object"),
+        (_reply("200 OK", b"{}"), "the status has no field 'policy'"),
+        (_reply("200 OK", NESTED), "without valid JSON (nested too deeply)"),
+        (_reply("400 Bad Request", b'"x"'), "JSON that is not an object"),
+        (_reply("200 OK", b"not json"), "without valid JSON"),
+        (
+            _reply(
+                "200 OK",
+                b'{"policy": "p", "queues": 8, "election_id": [1, 2], "events_applied": 0,'
+                b' "switches": [], "order": [], "stages": []}',
+            ),
+            "the status has a field of the wrong kind",
+        ),
+        (
+            _reply("200 OK", b"{}", "Content-Length: 100000000000\r\n"),
+            "announced a 100,000,000,000-byte answer, above the limit",
+        ),
+    ],
+)
+def test_a_stranger_on_the_port_gets_one_line_and_exit_2(
+    fake_server: Callable[[Answer], str],
+    capsys: pytest.CaptureFixture[str],
+    answer: Answer,
+    message: str,
+) -> None:
+    address = fake_server(answer)
+    assert main(["status", "--events-addr", address]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], captured.err
+    assert captured.out == ""
+
+
+def test_a_server_that_trickles_its_answer_is_given_up_on_in_time(
+    fake_server: Callable[[Answer], str],
+) -> None:
+    address = fake_server(_trickle)
+    started = time.monotonic()
+    with (
+        EventClient(address, timeout_s=1.0) as client,
+        pytest.raises(ControllerUnreachable) as gave_up,
+    ):
+        client.status()
+    assert time.monotonic() - started < 5
+    assert "no whole answer within 1 s" in str(gave_up.value)
