@@ -147,7 +147,14 @@ def parse_json(text: str, source: str = "<string>") -> Any:
     """
     _check_depth(text, source)
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as error:
+        key = json.dumps(error.key)
+        found = list(re.finditer(re.escape(key) + r"\s*:", text))
+        line = text.count("\n", 0, found[-1].start()) + 1 if found else 1
+        raise UserError(
+            f"{source}:{line}: invalid JSON: the key {key} appears twice in one object"
+        ) from None
     except json.JSONDecodeError as error:
         raise UserError(
             f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}"
@@ -165,6 +172,25 @@ def parse_json(text: str, source: str = "<string>") -> Any:
         ) from None
     except RecursionError:  # not reached after _check_depth; kept as a last guard
         raise UserError(f"{source}: invalid JSON: nested too deeply") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: with a key twice, Python's decoder keeps
+    the last value and a user's typo goes unseen (RFC 8259 leaves the meaning open)."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return result
 
 
 def _line_of_match(text: str, pattern: re.Pattern[str]) -> int:

@@ -110,6 +110,10 @@ def parse_queues(text: str) -> list[int | None]:
         if not 1 <= k <= 64:
             raise UserError(f"--queues: {k} classes is outside 1..64")
         modes.append(k)
+    for index, mode in enumerate(modes):
+        if mode in modes[:index]:
+            # Run twice, it would also count twice in every comparison of the table.
+            raise UserError(f"--queues: {mode or 'ideal'} given more than once")
     return modes
 
 

@@ -480,9 +480,12 @@ def _figure(
     axes: list[list[tuple[str, str, Any]]] = []
     for parameter, values in vary.items():
         field = f"{where}.vary.{parameter}"
-        axis = []
+        axis: list[tuple[str, str, Any]] = []
         for index, value in enumerate(values):
             parsed = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
+            if any(parsed == earlier for _, _, earlier in axis):
+                # The same setting twice would be run twice and count twice in the table.
+                raise _FieldError(_line(values, index), f"{field}[{index}]", "repeats a value")
             axis.append((parameter, _show(value), parsed))
         axes.append(axis)
     settings: list[Setting] = []

@@ -115,6 +115,19 @@ def test_outputs_replace_only_regular_files_and_write_through_links(tmp_path: Pa
     assert dangling.is_symlink() and (tmp_path / "made-by-the-write.txt").read_bytes() == b"made"
 
 
+def test_a_key_twice_in_one_object_is_refused_with_its_line() -> None:
+    """Python's decoder keeps the last value: a second "num_hosts" went unseen."""
+    text = '{"format": "x",\n "num_hosts": 3,\n "num_hosts": 4}'
+    with pytest.raises(UserError) as caught:
+        parse_json(text, "w.json")
+    assert (
+        str(caught.value)
+        == 'w.json:3: invalid JSON: the key "num_hosts" appears twice in one object'
+    )
+    same_key_apart = '{"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 3}, {"k": 4}]}'
+    assert parse_json(same_key_apart) == {"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 3}, {"k": 4}]}
+
+
 def test_json_nesting_is_limited_before_decoding() -> None:
     nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     assert parse_json(nested, "ok.json") is not None

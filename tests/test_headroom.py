@@ -181,6 +181,8 @@ def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
         policy_from_spec("beamer:split_trials")
     with pytest.raises(UserError, match="only beamer, beamer-lookahead take arguments"):
         policy_from_spec("sincronia:x=1")
+    with pytest.raises(UserError, match="evals given more than once"):  # not: the last wins
+        policy_from_spec("beamer-lookahead:evals=5;evals=6")
 
 
 def test_policy_specs_build_lookahead_variants_and_refuse_bad_knobs() -> None:

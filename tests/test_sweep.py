@@ -328,6 +328,11 @@ def _alias_bomb(levels: int) -> str:
             "    vary: {load: [1], load: [2]}\n",
             "small.yaml:5: figures[0].vary.load: appears twice",
         ),
+        (  # a setting run twice would count twice in the figure's table
+            "policies: [beamer]\nseeds: [1]\nfigures:\n  - name: a\n"
+            "    vary: {queues: [2, ideal, 2]}\n",
+            "small.yaml:5: figures[0].vary.queues[2]: repeats a value",
+        ),
         (
             _alias_bomb(6) + "policies: [beamer]\nseeds: [1]\ndefaults: {load: *x5}\n",
             "small.yaml:4: defaults.load: must be a positive number, not [[...], [...], [...], "

@@ -46,6 +46,8 @@ def policy_from_spec(spec: str) -> BasePolicy:
             raise UserError(
                 f"policy {spec!r}: unknown {base} knob {name!r} (known: {', '.join(knobs)})"
             )
+        if name in kwargs:
+            raise UserError(f"policy {spec!r}: {name} given more than once")
         try:
             kwargs[name] = knob.parse(value)
         except ValueError:
