@@ -240,6 +240,20 @@ def output_directory(text: str, option: str = "--out") -> Path:
     return path
 
 
+def writable_directory(path: Path, option: str = "--out") -> Path:
+    """``path`` made if need be, and shown to take a new file, before a run whose results
+    go there starts: a directory that cannot be written (``/proc``, another user's)
+    must not cost the run."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path, prefix=".probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        raise UserError(f"{option} {path}: cannot write there: {error.strerror or error}") from None
+    return path
+
+
 def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     """Let ``write`` fill a temporary file beside ``target``, then rename it over.
 
@@ -378,10 +392,15 @@ def atomic_write_all_bytes(contents: Mapping[Path, bytes]) -> None:
     atomic_write_all(writes)
 
 
-def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """A CSV file written whole or not at all (:func:`atomic_write`)."""
+def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
+    """A CSV document (UTF-8), to be written with the files that go with it."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    atomic_write_text(target, buffer.getvalue())
+    return buffer.getvalue().encode("utf-8")
+
+
+def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A CSV file written whole or not at all (:func:`atomic_write`)."""
+    atomic_write_bytes(target, csv_bytes(header, rows))

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.files import output_directory, write_csv
+from control.files import (
+    atomic_write_all_bytes,
+    csv_bytes,
+    output_directory,
+    output_file,
+    writable_directory,
+)
 from control.model import StageKey, Workload
 from control.options import parse_seeds as seed_list
 from control.policies import POLICIES
@@ -22,7 +28,7 @@ from control.quantize import STRATEGIES, Strategy
 from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
 from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
 from sim.metrics import METRICS, isolated_sct, summarize
-from sim.report import plot_normalised, plot_sct_cdf, table
+from sim.report import normalised_png, sct_cdf_png, table
 
 
 def register(subparsers: Any) -> None:
@@ -149,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
         if not workload.experiments:
             raise UserError(f"{args.workload}: the workload has no experiments to simulate")
     if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UserError(f"{out}: cannot create: {error.strerror or error}") from None
+        writable_directory(out)
+        reference_name = "beamer" if "beamer" in policies else None
+        for name in _output_names(modes, reference_name):
+            output_file(out / name)  # a directory or a device in the way: refused now
     flow_model = resolve_flow_model(args.flow_model, workload)
     runs = [
         RunSpec(args.workload, seed, args.load, mode, strategy, name, flow_model)
@@ -302,6 +308,16 @@ def _aggregate(
     return summary
 
 
+def _output_names(modes: list[int | None], reference: str | None) -> list[str]:
+    """The files ``--out`` gets (the plot against the reference where it has a ratio)."""
+    names = ["summary.csv", "stages.csv"]
+    for mode in modes:
+        names.append(f"sct_cdf_{mode_label(mode)}.png")
+        if reference is not None:
+            names.append(f"avg_sct_vs_{reference}_{mode_label(mode)}.png")
+    return names
+
+
 def _write_outputs(
     out: Path,
     summary: dict[str, dict[str, float]],
@@ -311,29 +327,32 @@ def _write_outputs(
     modes: list[int | None],
     reference: str | None,
 ) -> None:
+    """Every output file, written together or not at all."""
     keys = [*METRICS, "avg_sct_rel", "seeds_beamer_lower", "events", "wall_s"]
-    write_csv(
-        out / "summary.csv",
-        ["policy", *keys],
-        [[label, *(metrics.get(key, "") for key in keys)] for label, metrics in summary.items()],
-    )
-    write_csv(
-        out / "stages.csv",
-        ["policy", "seed", "experiment", "stage", "release_s", "sct_s", "slowdown"],
-        stage_rows,
-    )
+    files = {
+        out / "summary.csv": csv_bytes(
+            ["policy", *keys],
+            [
+                [label, *(metrics.get(key, "") for key in keys)]
+                for label, metrics in summary.items()
+            ],
+        ),
+        out / "stages.csv": csv_bytes(
+            ["policy", "seed", "experiment", "stage", "release_s", "sct_s", "slowdown"],
+            stage_rows,
+        ),
+    }
     for mode in modes:
         suffix = "" if len(modes) == 1 else f" {mode_label(mode)}"
         name = mode_label(mode)
-        plot_sct_cdf(
-            out / f"sct_cdf_{name}.png",
+        files[out / f"sct_cdf_{name}.png"] = sct_cdf_png(
             {policy: sct_values[f"{policy}{suffix}"] for policy in policies},
             f"SCT CDF, queues {name}",
         )
         if reference is not None and "avg_sct_rel" in summary[f"{reference}{suffix}"]:
-            plot_normalised(
-                out / f"avg_sct_vs_{reference}_{name}.png",
+            files[out / f"avg_sct_vs_{reference}_{name}.png"] = normalised_png(
                 {policy: summary[f"{policy}{suffix}"]["avg_sct_rel"] for policy in policies},
                 reference,
                 f"average SCT relative to {reference}, queues {name}",
             )
+    atomic_write_all_bytes(files)

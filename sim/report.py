@@ -1,12 +1,12 @@
-"""Tables, CSV files and plots of simulation results; files are written atomically."""
+"""Tables and plots of simulation results; plots come as PNG bytes, for the caller to
+write with the files that go with them (all or none)."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-
-from control.files import atomic_write
+from typing import Any
 
 COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("avg SCT s", "avg_sct_s", 1.0),
@@ -52,8 +52,8 @@ def table(rows: Mapping[str, Mapping[str, float]], reference: str | None) -> str
     return "\n".join(out)
 
 
-def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], title: str) -> None:
-    """CDF of stage completion times, one line per policy (log x axis)."""
+def sct_cdf_png(sct_by_label: Mapping[str, Sequence[float]], title: str) -> bytes:
+    """CDF of stage completion times, one line per policy (log x axis), as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,12 +76,12 @@ def plot_sct_cdf(target: Path, sct_by_label: Mapping[str, Sequence[float]], titl
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
-    atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
-    plt.close(figure)
+    return png_bytes(figure)
 
 
-def plot_normalised(target: Path, values: Mapping[str, float], reference: str, title: str) -> None:
-    """Average SCT of each label over the reference's (bars; 1.0 = reference)."""
+def normalised_png(values: Mapping[str, float], reference: str, title: str) -> bytes:
+    """Average SCT of each label over the reference's (bars; 1.0 = reference), as PNG
+    bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,5 +95,17 @@ def plot_normalised(target: Path, values: Mapping[str, float], reference: str, t
     axes.set_title(title)
     axes.tick_params(axis="x", rotation=30)
     figure.tight_layout()
-    atomic_write(target, lambda path: figure.savefig(path, format="png", dpi=120))
-    plt.close(figure)
+    return png_bytes(figure)
+
+
+def png_bytes(figure: Any) -> bytes:
+    """A matplotlib figure as PNG bytes, closed after: written later with the files that
+    go with it, all or none."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=120)
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()

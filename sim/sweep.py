@@ -24,14 +24,20 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from control.errors import UserError
-from control.files import atomic_write_text, read_text
+from control.files import (
+    atomic_write_text,
+    output_directory,
+    output_file,
+    read_text,
+    writable_directory,
+)
 from control.model import StageKey, Workload
 from control.policies import get_policy
 from sim.engine import SimConfig, simulate
 from sim.executors import Executor, RunsFailed, TaskFailure, run_tasks
 from sim.grid import Grid, Point, describe, load_grid, run_key
 from sim.metrics import isolated_sct, summarize
-from sim.sweep_report import RunRecord, write_reports
+from sim.sweep_report import RunRecord, report_names, write_reports
 
 RUNS_FILE = "runs.jsonl"
 FAILURES_FILE = "failures.jsonl"
@@ -47,7 +53,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("grid", type=Path, help="grid file, YAML or JSON (see docs/sweep.md)")
     parser.add_argument(
         "--out",
-        type=Path,
         default=None,
         help="directory for runs.jsonl, CSV files, plots and table.md (default out/sweep/GRID)",
     )
@@ -78,12 +83,17 @@ class SweepRun:
 def run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     executor = Executor(args.executor, args.jobs, args.ray_address)
-    out: Path = args.out if args.out is not None else Path("out") / "sweep" / args.grid.stem
+    out = (
+        output_directory(args.out)
+        if args.out is not None
+        else Path("out") / "sweep" / args.grid.stem
+    )
     _check_workloads(grid)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{out}: cannot create: {error.strerror or error}") from None
+    # Every file the sweep writes must be writable before a run starts: a failure after
+    # the runs would cost them (runs.jsonl keeps what finished, the reports would not).
+    writable_directory(out)
+    for name in [RUNS_FILE, FAILURES_FILE, *report_names(grid)]:
+        output_file(out / name)
     runs_path = out / RUNS_FILE
     if args.restart:
         runs_path.unlink(missing_ok=True)
@@ -144,7 +154,12 @@ def _run_and_append(
                 failures.append((spec, outcome))
                 continue
             if handle is None:
-                handle = runs_path.open("a", encoding="utf-8")
+                try:
+                    handle = runs_path.open("a", encoding="utf-8")
+                except OSError as error:
+                    raise UserError(
+                        f"{runs_path}: cannot write: {error.strerror or error}"
+                    ) from None
             record: RunRecord = {
                 "key": spec.key(),
                 "point": spec.point.as_dict(),

@@ -8,8 +8,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypedDict
 
-from control.files import atomic_write, atomic_write_text, write_csv
+from control.files import atomic_write_all_bytes, csv_bytes
 from sim.grid import Figure, Grid, Setting, run_key
+from sim.report import png_bytes
 
 MAX_PLOT_INCHES = 200.0
 """Widest plot: the width grows with the settings and policies of a figure, and a plot
@@ -96,6 +97,7 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
         "policies": list(grid.policies),
         "figures": {},
     }
+    files: dict[Path, bytes] = {}
     markdown = [
         f"Produced by `beamer sweep {grid.path}`: average SCT over {reference}'s "
         f"(mean over seeds {','.join(map(str, grid.seeds))} of each seed's ratio; > 1 means "
@@ -117,16 +119,22 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
             f"seeds_{reference}_lower",
             "per_seed",
         ]
-        write_csv(
-            out / f"{figure.name}.csv",
-            columns,
-            [[_cell(row, column) for column in columns] for row in rows],
+        files[out / f"{figure.name}.csv"] = csv_bytes(
+            columns, [[_cell(row, column) for column in columns] for row in rows]
         )
-        _plot(out / f"{figure.name}.png", grid, figure, rows)
+        files[out / f"{figure.name}.png"] = _plot(grid, figure, rows)
         markdown.append("")
         markdown.extend(_markdown(grid, figure, rows))
-    atomic_write_text(out / "table.md", "\n".join(markdown) + "\n")
+    files[out / "table.md"] = ("\n".join(markdown) + "\n").encode("utf-8")
+    atomic_write_all_bytes(files)  # the reports agree with each other: all or none
     return result
+
+
+def report_names(grid: Grid) -> list[str]:
+    """The files :func:`write_reports` writes."""
+    return [name for f in grid.figures for name in (f"{f.name}.csv", f"{f.name}.png")] + [
+        "table.md"
+    ]
 
 
 def _cell(row: dict[str, Any], column: str) -> object:
@@ -168,8 +176,9 @@ def _num(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _plot(target: Path, grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> None:
-    """Average SCT relative to the reference per setting: mean, min-max bar and each seed."""
+def _plot(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> bytes:
+    """Average SCT relative to the reference per setting: mean, min-max bar and each seed
+    (PNG bytes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -211,5 +220,4 @@ def _plot(target: Path, grid: Grid, figure: Figure, rows: list[dict[str, Any]]) 
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=8)
     fig.tight_layout()
-    atomic_write(target, lambda path: fig.savefig(path, format="png", dpi=120))
-    plt.close(fig)
+    return png_bytes(fig)

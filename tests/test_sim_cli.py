@@ -251,3 +251,52 @@ def test_stages_that_take_no_time_give_no_ratio_and_valid_json(
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     fifo = next(row for row in rows if row[:1] == ["fifo"])
     assert fifo[-1] == "n/a" and "nan" not in fifo
+
+
+@pytest.mark.parametrize(
+    "in_the_way", ["stages.csv", "sct_cdf_ideal.png", "avg_sct_vs_beamer_ideal.png"]
+)
+def test_outputs_are_checked_before_the_runs_and_written_all_or_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], in_the_way: str
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    out = tmp_path / "out"
+    (out / in_the_way).mkdir(parents=True)
+    argv = ["simulate", "--workload", str(workload), "--policies", "beamer,fair", "--out", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"{in_the_way}: cannot write: is a directory" in captured.err
+    assert captured.out == ""  # refused before the runs, not after
+    assert sorted(p.name for p in out.iterdir()) == [in_the_way]  # no partial set
+
+
+def test_an_out_directory_that_cannot_be_written_is_refused_before_the_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = small_workload(tmp_path / "chain.json")
+    assert main(["simulate", "--workload", str(workload), "--out", "/proc"]) == 2
+    captured = capsys.readouterr()
+    assert "--out /proc: cannot write there" in captured.err
+    assert captured.out == ""
+
+
+def test_a_set_of_outputs_that_fails_midway_leaves_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails after the first files (a full disk) takes them back."""
+    import control.files
+
+    workload = small_workload(tmp_path / "chain.json")
+    out = tmp_path / "out"
+    staged = control.files._staged
+
+    def full_disk_at_the_plots(target: Path, write: object) -> Path:
+        if target.suffix == ".png":
+            raise control.files.UserError(f"{target}: cannot write: No space left on device")
+        return staged(target, write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(control.files, "_staged", full_disk_at_the_plots)
+    argv = ["simulate", "--workload", str(workload), "--policies", "fair", "--out", str(out)]
+    assert main(argv) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert list(out.iterdir()) == []

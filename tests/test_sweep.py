@@ -590,3 +590,37 @@ def test_plot_of_a_figure_with_many_settings_stays_bounded(tmp_path: Path) -> No
     header = (tmp_path / "a.png").read_bytes()[:24]
     width = int.from_bytes(header[16:20], "big")  # the PNG's IHDR chunk
     assert width <= sim.sweep_report.MAX_PLOT_INCHES * 120
+
+
+@pytest.mark.parametrize(
+    ("in_the_way", "message"),
+    [
+        ("classes.png", "classes.png: cannot write: is a directory"),
+        ("runs.jsonl", "runs.jsonl: cannot write: is a directory"),
+        ("failures.jsonl", "failures.jsonl: cannot write: is a directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], in_the_way: str, message: str
+) -> None:
+    """Found after the runs, it would cost them (and leave some reports without the rest)."""
+    out = tmp_path / "out"
+    (out / in_the_way).mkdir(parents=True)
+    argv = ["sweep", str(write_grid(tmp_path)), "--out", str(out), "--jobs", "1", "--restart"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert sorted(p.name for p in out.iterdir()) == [in_the_way]
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [("", "--out: an empty directory name"), ("/proc", "--out /proc: cannot write there")],
+)
+def test_an_unusable_out_directory_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, message: str
+) -> None:
+    assert main(["sweep", str(write_grid(tmp_path)), "--out", out, "--jobs", "1"]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+    assert not (tmp_path / "runs.jsonl").exists()
