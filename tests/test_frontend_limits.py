@@ -15,10 +15,15 @@ from softswitch.frontend import CompiledProgram, CompileError, compile_source
 from softswitch.frontend.limits import (
     MAX_BIT_WIDTH,
     MAX_EXTERN_CELLS,
+    MAX_INCLUDES,
+    MAX_LINE_CHARS,
     MAX_NESTING,
+    MAX_PROGRAM_LINES,
+    MAX_SOURCE_BYTES,
     MAX_TABLE_SIZE,
     MAX_TOTAL_EXTERN_CELLS,
 )
+from softswitch.frontend.program import compile_file
 from softswitch.switch import Switch
 
 TTL_LINE = "hdr.ipv4.ttl = hdr.ipv4.ttl - 1;"
@@ -106,6 +111,53 @@ def test_macros_defined_from_macros_cannot_blow_a_line_up() -> None:
     defines = "#define A0 x\n" + "".join(f"#define A{i + 1} A{i} A{i}\n" for i in range(40))
     with pytest.raises(CompileError, match="macro expansion makes this line longer"):
         compile_source(defines + VALID, "macros.p4")
+
+
+def test_includes_that_multiply_are_stopped_early(tmp_path: Path) -> None:
+    """Nine levels of ten includes each: a billion lines from a few kilobytes."""
+    (tmp_path / "inc0.p4").write_text("\n")
+    for level in range(1, 10):
+        text = f'#include "inc{level - 1}.p4"\n' * 10
+        (tmp_path / f"inc{level}.p4").write_text(text)
+    top = tmp_path / "top.p4"
+    top.write_text('#include "inc9.p4"\n' + VALID)
+    with pytest.raises(CompileError, match=f"more than {MAX_INCLUDES:,} #include directives"):
+        compile_file(top)
+
+
+def test_a_program_that_macros_multiply_is_stopped_at_the_program_limit() -> None:
+    """Each line within the line limit; 6,000 of them make gigabytes."""
+    defines = "#define A0 xx\n" + "".join(f"#define A{i} A{i - 1} A{i - 1}\n" for i in range(1, 19))
+    with pytest.raises(CompileError, match=f"grows past {MAX_PROGRAM_LINES:,} lines or"):
+        compile_source(defines + "A18\n" * 6000 + VALID, "macros.p4")
+
+
+@pytest.mark.parametrize(
+    ("declaration", "message"),
+    [
+        ("const bit<32> BIG = 0x" + "f" * 20000 + ";", "an integer literal wider than 4096 bits"),
+        (
+            "const bit<32> BIG = " + " * ".join(["(1 << 4000)"] * 200) + ";",
+            "constant folding builds an integer wider than 4096 bits",
+        ),
+        ("const bit<32> BIG = 1" + "0" * 5000 + ";", "(5,001 characters)"),
+        ('@name("' + "a" * (MAX_LINE_CHARS + 1) + '") const bit<32> BIG = 1;', "a line longer"),
+    ],
+    ids=["hex literal", "folded product", "decimal literal", "long line"],
+)
+def test_huge_constants_and_lines_are_compile_errors(declaration: str, message: str) -> None:
+    with pytest.raises(CompileError) as caught:
+        compile_source(declaration + "\n" + VALID, "big.p4")
+    assert message in str(caught.value)
+    assert len(str(caught.value)) < 300  # the input is not echoed whole
+
+
+def test_a_source_file_above_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    source = tmp_path / "big.p4"
+    with source.open("wb") as handle:
+        handle.truncate(MAX_SOURCE_BYTES + 1)
+    with pytest.raises(CompileError, match="above the limit of 16,777,216 bytes for a P4 program"):
+        compile_file(source)
 
 
 def test_programs_at_the_limits_compile_and_load() -> None:

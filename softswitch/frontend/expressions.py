@@ -65,6 +65,10 @@ class ExpressionLowering(ReferenceResolution, ABC):
         if isinstance(expr, ast.IntLit):
             if expr.signed:
                 raise CompileError(expr.loc, "signed literals are not supported")
+            if expr.value.bit_length() > MAX_CONSTANT_BITS:
+                raise CompileError(
+                    expr.loc, f"an integer literal wider than {MAX_CONSTANT_BITS} bits"
+                )
             if expr.width is not None:
                 value = expr.value & ((1 << expr.width) - 1)
                 return Val(repr(value), Bits(expr.width), value)
@@ -283,6 +287,11 @@ class ExpressionLowering(ReferenceResolution, ABC):
             if op in ("/", "%") and right.const == 0:
                 raise CompileError(expr.loc, "division by zero")
             value = self.fold(f"({left.code} {py_op} {right.code})")
+            if isinstance(value, int) and value.bit_length() > MAX_CONSTANT_BITS:
+                raise CompileError(
+                    expr.loc,
+                    f"constant folding builds an integer wider than {MAX_CONSTANT_BITS} bits",
+                )
             return Val(repr(value), (Bool() if op in ("<", ">", "<=", ">=") else t), value)
         if not isinstance(t, Bits):
             raise CompileError(expr.loc, f"'{op}' needs bit<W> operands, not {t}")

@@ -31,3 +31,17 @@ MAX_TABLE_SIZE = 1 << 24
 # Longest line after #define expansion (macros defined from macros can double a line's
 # length per definition).
 MAX_LINE_CHARS = 1 << 20
+
+# Largest P4 source file (a program or a file it includes). beamer.p4 and v1model.p4
+# together are well under 100 KB; 16 MiB leaves room for generated programs.
+MAX_SOURCE_BYTES = 16 << 20
+
+# Most lines and characters of a whole program once #include and #define have done their
+# work: includes nested ten deep, ten to a file, make a billion lines out of a few
+# kilobytes, and a macro doubled eighteen times makes each line 256 K copies long.
+MAX_PROGRAM_LINES = 1 << 20
+MAX_PROGRAM_CHARS = 64 << 20
+
+# Most #include directives followed in one program (each reads a file): a real program
+# follows a handful.
+MAX_INCLUDES = 4096

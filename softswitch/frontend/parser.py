@@ -73,7 +73,10 @@ def _parse_number(text: str, loc: SourceLocation) -> tuple[int, int | None, bool
         else:
             value = int(clean, 10)
     except ValueError:
-        raise CompileError(loc, f"malformed number {text}") from None
+        shown = (
+            text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text):,} characters)"
+        )
+        raise CompileError(loc, f"malformed number {shown}") from None
     return value, width, signed
 
 

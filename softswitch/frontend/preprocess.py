@@ -14,7 +14,13 @@ from pathlib import Path
 from control.errors import UserError
 from control.files import read_bytes
 from softswitch.frontend.errors import CompileError, SourceLocation
-from softswitch.frontend.limits import MAX_LINE_CHARS
+from softswitch.frontend.limits import (
+    MAX_INCLUDES,
+    MAX_LINE_CHARS,
+    MAX_PROGRAM_CHARS,
+    MAX_PROGRAM_LINES,
+    MAX_SOURCE_BYTES,
+)
 
 SYSTEM_INCLUDE_DIR = Path(__file__).resolve().parent.parent / "p4include"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -63,7 +69,9 @@ def read_program(path: Path) -> str:
     missing, not a regular file (a FIFO is refused without being waited on), too large,
     unreadable (:func:`control.files.read_bytes`), or not UTF-8."""
     try:
-        data = read_bytes(path, what="P4 program", missing="no such P4 program")
+        data = read_bytes(
+            path, what="P4 program", missing="no such P4 program", max_bytes=MAX_SOURCE_BYTES
+        )
     except UserError as error:
         raise CompileError(None, str(error)) from None
     try:
@@ -83,6 +91,9 @@ class Preprocessor:
         self.include_dirs = [*(include_dirs or []), SYSTEM_INCLUDE_DIR]
         self.macros: dict[str, str] = {}
         self.once: set[Path] = set()
+        self.lines = 0  # of the whole program so far, every included file counted
+        self.chars = 0
+        self.includes = 0
 
     def run_file(self, path: Path) -> list[Line]:
         return self.run_text(read_program(path), str(path), path.parent, 0)
@@ -101,12 +112,12 @@ class Preprocessor:
             while line.endswith("\\") and number < len(raw_lines):
                 line = line[:-1] + " " + raw_lines[number]
                 number += 1
-                out.append(Line("", filename, number - 1))
+                self._emit(out, Line("", filename, number - 1))
             stripped = line.strip()
             active = all(c[0] for c in conditions)
             where = SourceLocation(filename, number, line.find("#") + 1)
             if stripped.startswith("#"):
-                out.append(Line("", filename, number))
+                self._emit(out, Line("", filename, number))
                 directive = stripped[1:].strip()
                 word = _IDENT.match(directive)
                 name = word.group(0) if word else ""
@@ -141,21 +152,38 @@ class Preprocessor:
                 else:
                     raise CompileError(where, f"unsupported preprocessor directive #{name}")
                 continue
-            out.append(
+            self._emit(
+                out,
                 Line(
                     self._expanded(line, SourceLocation(filename, number, 1)) if active else "",
                     filename,
                     number,
-                )
+                ),
             )
         if conditions:
             raise CompileError(SourceLocation(filename, number, 1), "#ifdef without #endif")
         return out
 
+    def _emit(self, out: list[Line], line: Line) -> None:
+        """Add ``line`` to the program, refused once the program grows past the limits
+        (includes and macros can multiply a few kilobytes into gigabytes)."""
+        self.lines += 1
+        self.chars += len(line.text)
+        if self.lines > MAX_PROGRAM_LINES or self.chars > MAX_PROGRAM_CHARS:
+            raise CompileError(
+                SourceLocation(line.file, line.number, 1),
+                f"the program grows past {MAX_PROGRAM_LINES:,} lines or {MAX_PROGRAM_CHARS:,} "
+                "characters through #include and #define",
+            )
+        out.append(line)
+
     def _include(self, rest: str, where: SourceLocation, directory: Path, depth: int) -> list[Line]:
         match = re.fullmatch(r'<([^>]+)>|"([^"]+)"', rest)
         if not match:
             raise CompileError(where, f"malformed #include {rest}")
+        self.includes += 1
+        if self.includes > MAX_INCLUDES:
+            raise CompileError(where, f"more than {MAX_INCLUDES:,} #include directives followed")
         system_name, local_name = match.group(1), match.group(2)
         name = system_name or local_name
         candidates = ([] if system_name else [directory]) + self.include_dirs
@@ -168,7 +196,9 @@ class Preprocessor:
                     self.once.add(path)
                 shown = path.name if path.parent == SYSTEM_INCLUDE_DIR else str(base / name)
                 try:
-                    text = read_bytes(path, what="P4 include file").decode("utf-8")
+                    text = read_bytes(
+                        path, what="P4 include file", max_bytes=MAX_SOURCE_BYTES
+                    ).decode("utf-8")
                 except (UserError, UnicodeDecodeError) as error:
                     raise CompileError(where, f"cannot read include file {name}: {error}") from None
                 return self.run_text(text, shown, path.parent, depth + 1)
@@ -177,6 +207,8 @@ class Preprocessor:
     def _expanded(self, line: str, where: SourceLocation) -> str:
         """:meth:`expand`, refused once a line grows past MAX_LINE_CHARS (macros built
         from macros double a line's length with every definition)."""
+        if len(line) > MAX_LINE_CHARS:
+            raise CompileError(where, f"a line longer than {MAX_LINE_CHARS:,} characters")
         if not self.macros:
             return line
         grown = 0
