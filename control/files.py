@@ -35,6 +35,12 @@ from control.errors import UserError
 MAX_JSON_DEPTH = 100
 
 
+MAX_JSON_VALUES = 1 << 26
+"""Most values (counted by their separating commas) a user's JSON may hold: decoded, a
+value costs tens of bytes, so a gigabyte of ``[0,0,...]`` would take gigabytes more.
+The largest workload the limits allow holds about 35 million."""
+
+
 MAX_FILE_BYTES = 1 << 30
 """The largest user file read (a workload's limit too): ``/dev/zero`` or a runaway
 file is refused rather than read until memory runs out."""
@@ -146,6 +152,10 @@ def parse_json(text: str, source: str = "<string>") -> Any:
     Python converts (``sys.get_int_max_str_digits``).
     """
     _check_depth(text, source)
+    if text.count(",") > MAX_JSON_VALUES:  # commas in strings count too: an upper bound
+        raise UserError(
+            f"{source}: more than {MAX_JSON_VALUES:,} values, above the limit for a JSON document"
+        )
     try:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except _DuplicateKey as error:

@@ -189,3 +189,15 @@ def test_a_leading_byte_order_mark_is_dropped_and_bad_utf8_names_its_line(tmp_pa
     path.write_bytes(b"[1,\n\xff]")
     with pytest.raises(UserError, match=r"t\.json:2: not UTF-8 text \(byte 0xff at offset 4"):
         read_text(path)
+
+
+def test_json_with_more_values_than_allowed_is_refused_before_decoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gigabyte of [0,0,...] decodes into gigabytes more; the count of commas bounds it."""
+    import control.files
+
+    monkeypatch.setattr(control.files, "MAX_JSON_VALUES", 1000)
+    assert len(parse_json("[" + ",".join(["0"] * 1001) + "]")) == 1001
+    with pytest.raises(UserError, match=r"w\.json: more than 1,000 values, above the limit"):
+        parse_json("[" + ",".join(["0"] * 1002) + "]", "w.json")

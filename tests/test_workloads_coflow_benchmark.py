@@ -231,3 +231,11 @@ def test_trace_writer_checks_its_text_with_the_reader(tmp_path: Path) -> None:
         "the limit of 9.53674e+08 MB"
     )
     assert not list(tmp_path.iterdir())
+
+
+def test_a_line_too_long_to_split_is_refused_before_it_is() -> None:
+    """400 MB of ' 1' on one line split into 200 million strings: gigabytes."""
+    text = "4 1\n1 0 2 0 1 1 2:10" + " 1" * (coflow_benchmark.MAX_LINE_CHARS // 2) + "\n"
+    with pytest.raises(UserError) as caught:
+        coflow_benchmark.parse(text, "long.txt")
+    assert str(caught.value) == "long.txt:2: a line of 1,048,592 characters, above 1,048,576"

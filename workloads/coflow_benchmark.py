@@ -48,6 +48,9 @@ MAX_ID = 0xFFFF
 DEFAULT_TRACE_NAME = "FB2010-1Hr-150-0.txt"
 TRACE_ENV = "BEAMER_FB2010"
 MAX_PORTS = MAX_HOSTS
+MAX_LINE_CHARS = 1 << 20
+"""The longest line: a coflow of every port as mapper and reducer (20,000 fields of a
+few characters each) takes about 200 KB."""
 MAX_ARRIVAL_MS = MAX_TIME_S * 1000.0
 MAX_MB = MAX_FLOW_BYTES / BYTES_PER_MB
 """A reducer's MB may not exceed one flow's byte limit (its mappers split it further)."""
@@ -113,6 +116,14 @@ def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line
+    lengths = list(map(len, lines))
+    if lengths and max(lengths) > MAX_LINE_CHARS:  # split into fields: gigabytes
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        raise TraceError(
+            source,
+            longest + 1,
+            f"a line of {lengths[longest]:,} characters, above {MAX_LINE_CHARS:,}",
+        )
     numbered = [(number, line.split()) for number, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
         raise TraceError(source, 1, "empty trace (expected '<ports> <coflows>')")
