@@ -128,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_workloads(grid: Grid) -> None:
-    """Files named by the grid must load here before any run starts."""
+    """Files named by the grid must load here before any run starts, and every point's
+    workload must build (for the grid's first seed): a setting no workload can satisfy (a
+    load that puts the arrivals past the limit, more jobs than a workload may hold, a load
+    on a file) is the grid's error, not one failed run per seed and policy."""
     from workloads.loader import load_workload
 
     for name in sorted({point.workload for point in grid.points()} - {"hp-tuning"}):
@@ -138,6 +141,17 @@ def _check_workloads(grid: Grid) -> None:
             raise UserError(f"{grid.path}: workload: {error}") from None
         if not workload.experiments:
             raise UserError(f"{grid.path}: workload: {name}: no experiments, so no SCT to compare")
+    built: set[str] = set()
+    for point in grid.points():
+        key = json.dumps([point.workload, point.load, *_shape_key(point)])
+        if key in built:
+            continue
+        built.add(key)
+        try:
+            _build_workload(point, grid.seeds[0])
+        except UserError as error:
+            shown = describe(point, [name for name, value in point.as_dict().items() if value])
+            raise UserError(f"{grid.path}: the setting {shown}: {error}") from None
 
 
 def _run_and_append(
@@ -327,20 +341,22 @@ _WORKLOADS: dict[tuple[str, int], tuple[Workload, dict[StageKey, float]]] = {}
 
 def _workload(point: Point, seed: int) -> tuple[Workload, dict[StageKey, float]]:
     """The point's workload for ``seed`` and its stages' isolated SCTs, cached per process."""
-    from workloads.loader import load_workload
 
     cache_key = (json.dumps([point.workload, point.load, *_shape_key(point)]), seed)
     if cache_key not in _WORKLOADS:
-        if point.workload == "hp-tuning":
-            workload = load_workload(
-                "hp-tuning", seed=seed, load=point.load, config=point.hp_config()
-            )
-        else:
-            workload = load_workload(point.workload, seed=seed, load=point.load)
+        workload = _build_workload(point, seed)
         if len(_WORKLOADS) > 8:
             _WORKLOADS.clear()
         _WORKLOADS[cache_key] = (workload, isolated_sct(workload))
     return _WORKLOADS[cache_key]
+
+
+def _build_workload(point: Point, seed: int) -> Workload:
+    from workloads.loader import load_workload
+
+    if point.workload == "hp-tuning":
+        return load_workload("hp-tuning", seed=seed, load=point.load, config=point.hp_config())
+    return load_workload(point.workload, seed=seed, load=point.load)
 
 
 def _shape_key(point: Point) -> list[object]:

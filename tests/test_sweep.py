@@ -624,3 +624,35 @@ def test_an_unusable_out_directory_is_refused_before_any_run(
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("defaults", "vary", "message"),
+    [
+        (
+            "{jobs: 2, hosts: 10, mix: sha, max_trials: 4}",
+            "{load: [0.5, 1.0e-300]}",
+            "load=1e-300 quantize=rank mix=sha max_trials=4 jobs=2 hosts=10: load: 1e-300 spreads",
+        ),
+        (
+            "{}",
+            "{workload: [WORKLOAD], load: [0.5]}",
+            "load=0.5 quantize=rank mix=mixed: cannot set the load",
+        ),
+    ],
+    ids=["load", "load on a file"],
+)
+def test_a_setting_no_workload_can_satisfy_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], defaults: str, vary: str, message: str
+) -> None:
+    """Not one failed run per seed and policy, each with its traceback in failures.jsonl."""
+    workload = Path(__file__).parent / "data" / "tiny_workload.json"
+    text = (
+        f"policies: [fifo, fair]\nseeds: [1, 2]\ndefaults: {defaults}\n"
+        f"figures:\n  - name: a\n    vary: {vary.replace('WORKLOAD', str(workload))}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_grid(tmp_path, text)), "--out", str(out), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "small.yaml: the setting workload=" in err[0] and message in err[0]
+    assert not out.exists()
