@@ -72,6 +72,12 @@ varied, a range typed out), and expanding it would take minutes and gigabytes be
 the first run: such a grid is refused before any setting is made.
 """
 
+MAX_GRID_BYTES = 1 << 20
+"""Largest grid file. The repository's grids take a few hundred bytes; a grid at
+:data:`MAX_RUNS` with every seed typed out takes under 1 MB. The YAML reader costs
+hundreds of bytes of memory and microseconds per value, so 27 MB of seeds took 2 GB
+and more than a minute before the run limit could refuse it."""
+
 MAX_DEPTH = 32
 """Deepest nesting of lists and mappings in a grid file. A grid needs six levels (a
 list of models in a figure's ``vary``); the limit keeps the YAML reader, which
@@ -327,7 +333,7 @@ def _line(container: object, key: str | int) -> int:
 
 def load_grid(path: Path) -> Grid:
     """Read and check a grid file; any problem is one :class:`UserError` line."""
-    text = read_text(path, what="grid file", missing="no such grid file")
+    text = read_text(path, what="grid file", missing="no such grid file", max_bytes=MAX_GRID_BYTES)
     try:
         document = yaml.load(text, Loader=_Loader)
     except _FieldError as error:

@@ -409,6 +409,18 @@ def test_grid_at_the_run_limit_is_read(tmp_path: Path) -> None:
     assert len(grid.points()) * len(grid.seeds) * len(grid.policies) == 10_000
 
 
+def test_a_grid_with_every_seed_of_the_run_limit_typed_out_is_read_and_a_larger_file_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeds = ", ".join(str(seed) for seed in range(1, 100_001))  # 100,000 runs
+    text = f"policies: [fair]\nseeds: [{seeds}]\nfigures:\n  - name: a\n    vary: {{load: [1]}}\n"
+    assert len(text.encode()) < sim.grid.MAX_GRID_BYTES
+    assert len(load_grid(write_grid(tmp_path, text)).seeds) == 100_000
+    huge = write_grid(tmp_path, text + "#" * sim.grid.MAX_GRID_BYTES, "huge.yaml")
+    assert main(["sweep", str(huge), "--out", str(tmp_path / "out")]) == 2
+    assert "above the limit of 1,048,576 bytes for a grid file" in capsys.readouterr().err
+
+
 # --- runs.jsonl written by someone else: every bad line is one line naming it ----------------
 
 
