@@ -29,20 +29,34 @@ def emit(result: dict[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
+MAX_SEEDS = 100_000
+"""Seeds one benchmark run may ask for: a range typed with one digit too many must be
+refused, not expanded into memory."""
+
+
 def parse_seed_ranges(text: str) -> list[int]:
-    """Seeds as ``11-30`` or ``1,4,7`` (or both mixed); a malformed list is a user error."""
+    """Seeds as ``11-30`` or ``1,4,7`` (or both mixed), each once; a malformed list, a
+    range whose end is below its start, a seed named twice (it would weigh twice in every
+    mean) or more than :data:`MAX_SEEDS` seeds is a user error."""
+    from control.addresses import is_decimal
     from control.errors import UserError
 
     seeds: list[int] = []
     for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        try:
-            seeds.extend(range(int(low), int(high or low) + 1))
-        except ValueError:
-            message = f"--seeds: {part.strip()!r} is not a seed or a range LOW-HIGH"
-            raise UserError(message) from None
-    if not seeds:
-        raise UserError(f"--seeds: {text!r} names no seed")
+        low, dash, high = part.strip().partition("-")
+        if not is_decimal(low) or (dash and not is_decimal(high)):
+            raise UserError(f"--seeds: {part.strip()!r} is not a seed or a range LOW-HIGH")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise UserError(f"--seeds: {part.strip()!r} ends below its start")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise UserError(f"--seeds: {text!r} names more than {MAX_SEEDS:,} seeds")
+        seeds.extend(range(first, last + 1))
+    seen: set[int] = set()
+    for seed in seeds:
+        if seed in seen:
+            raise UserError(f"--seeds: seed {seed} given more than once")
+        seen.add(seed)
     return seeds
 
 

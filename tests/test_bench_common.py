@@ -13,8 +13,15 @@ def test_seed_ranges_expand_and_refuse_nonsense() -> None:
     assert parse_seed_ranges("11-13,20") == [11, 12, 13, 20]
     with pytest.raises(UserError, match="'5-x' is not a seed or a range"):
         parse_seed_ranges("5-x")
-    with pytest.raises(UserError, match="names no seed"):
+    with pytest.raises(UserError, match="'9-3' ends below its start"):
         parse_seed_ranges("9-3")
+    with pytest.raises(UserError, match="seed 2 given more than once"):  # it would weigh twice
+        parse_seed_ranges("1-3,2")
+    with pytest.raises(UserError, match="names more than 100,000 seeds"):  # not expanded
+        parse_seed_ranges("1-1000000000000")
+    for text in ("1-1e12", "١-3", "", "1-", "-3"):
+        with pytest.raises(UserError, match="is not a seed or a range"):
+            parse_seed_ranges(text)
 
 
 def test_the_pool_has_one_to_as_many_workers_as_the_machine_has_cores(
