@@ -398,6 +398,9 @@ def _import_ray() -> Any:
     return ray
 
 
+RAY_PROBE_TIMEOUT_S = 5.0
+
+
 def _check_reachable(address: str) -> None:
     """Fail fast with one line when nothing listens at HOST:PORT (Ray itself retries for
     minutes); ``auto`` and other address forms are left to Ray."""
@@ -412,6 +415,20 @@ def _check_reachable(address: str) -> None:
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
         raise UserError(f"--ray-address {address}: no Ray head answers there ({reason})") from None
+    # A Ray head speaks gRPC there; anything else (a web server, a silent listener) would
+    # keep Ray retrying for minutes.
+    import grpc
+
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=RAY_PROBE_TIMEOUT_S)
+    except grpc.FutureTimeoutError:
+        raise UserError(
+            f"--ray-address {address}: something listens there but does not speak gRPC "
+            f"within {RAY_PROBE_TIMEOUT_S:g} s: not a Ray head"
+        ) from None
+    finally:
+        channel.close()
 
 
 def _ray_outcomes(

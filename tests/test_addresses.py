@@ -44,3 +44,23 @@ def test_a_listener_may_ask_for_any_port_and_refusals_are_user_errors() -> None:
     with pytest.raises(ValueError, match="is not an integer or HIGH,LOW"):
         parse_election_id("²")
     assert parse_election_id("1,2") == (1 << 64) | 2
+
+
+def test_a_listener_that_is_not_a_ray_head_is_refused_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray itself would retry for minutes against a web server or a silent listener."""
+    import socket
+    import time
+
+    import sim.executors
+
+    monkeypatch.setattr(sim.executors, "RAY_PROBE_TIMEOUT_S", 1.0)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(UserError, match="does not speak gRPC within 1 s: not a Ray head"):
+            _check_reachable(address)
+        assert time.monotonic() - started < 5
