@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from control.errors import UserError
 
@@ -23,8 +24,16 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, like every other refusal of the
+    command (argparse prints the whole usage first, five to ten lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="beamer", description="Stage-aware coflow scheduling for hyper-parameter tuning."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
