@@ -29,6 +29,7 @@ from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
 from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
 from sim.metrics import METRICS, isolated_sct, summarize
 from sim.report import normalised_png, sct_cdf_png, table
+from workloads.limits import SettingError
 
 
 def register(subparsers: Any) -> None:
@@ -151,7 +152,12 @@ def run(args: argparse.Namespace) -> int:
     # Load every seed's workload here first: bad input fails before any run starts,
     # and before the output directory is made.
     for seed in seeds:
-        workload, _ = _prepared(args.workload, seed, args.load)
+        try:
+            workload, _ = _prepared(args.workload, seed, args.load)
+        except SettingError as error:
+            if error.field != "load":
+                raise
+            raise UserError(f"--load: {error.detail}") from None
         if not workload.experiments:
             raise UserError(f"{args.workload}: the workload has no experiments to simulate")
     if out is not None:

@@ -344,6 +344,13 @@ def test_the_generated_workload_passes_the_readers_own_checks(
     assert "].arrival_s: " in str(refused.value)
 
 
+def test_too_few_hosts_for_the_workers_names_the_hosts() -> None:
+    with pytest.raises(SettingError) as refused:
+        generate(HpTuningConfig(num_hosts=3, workers=(4,)))
+    assert refused.value.field == "num_hosts"
+    assert "4 workers per trial need 2..3 distinct hosts" in str(refused.value)
+
+
 def test_coflows_on_many_hosts_are_limited_by_their_product() -> None:
     with pytest.raises(SettingError) as refused:
         generate(HpTuningConfig(num_hosts=10_000, num_jobs=400))

@@ -161,9 +161,10 @@ class HpTuningConfig:
         for workers in self.workers:
             hosts_needed = workers + (1 if "ps" in self.patterns else 0)
             if workers < 2 or hosts_needed > self.num_hosts:
-                raise UserError(
+                raise SettingError(
+                    "num_hosts",
                     f"{workers} workers per trial need 2..{self.num_hosts} distinct hosts "
-                    f"(a parameter server takes one more)"
+                    f"(a parameter server takes one more)",
                 )
         _check_sizes(self)
 

@@ -88,9 +88,11 @@ def rescale_to_load(workload: Workload, load: float) -> Workload:
     arrivals = [start_s + (e.arrival_s - start_s) * factor for e in workload.experiments]
     last_s = max(arrivals)
     if not last_s <= MAX_TIME_S:  # also catches inf and nan
+        # A load so small that the stretch factor overflows gives inf or nan: say so.
+        reach = f"{last_s:.3g} s" if math.isfinite(last_s) else "beyond any number of seconds"
         raise SettingError(
             "load",
-            f"{load:g} stretches the arrivals to {last_s:.3g} s, above the limit of "
+            f"{load:g} stretches the arrivals to {reach}, above the limit of "
             f"{MAX_TIME_S:g} s (offered load {current:.3g} before)",
         )
     experiments = tuple(
