@@ -183,6 +183,9 @@ def test_policy_specs_build_beamer_variants_and_reject_bad_ones() -> None:
         policy_from_spec("sincronia:x=1")
     with pytest.raises(UserError, match="evals given more than once"):  # not: the last wins
         policy_from_spec("beamer-lookahead:evals=5;evals=6")
+    for value in ("1_0", "\uff11\uff10"):  # int() reads both as 10
+        with pytest.raises(UserError, match=f"evals={value} is not"):
+            policy_from_spec(f"beamer-lookahead:evals={value}")
 
 
 def test_policy_specs_build_lookahead_variants_and_refuse_bad_knobs() -> None:

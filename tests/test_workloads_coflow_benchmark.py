@@ -166,6 +166,14 @@ def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> 
         ("4 2\n1 0 1 0 1 1:1\n", 2, "header announces 2 coflows, file has 1"),
         ("4 1\n1 0 1 0 1 1:1\n2 0 1 0 1 1:1\n", 3, "header announces 1 coflows, file has 2"),
         ("4 1\nx 0 1 0 1 1:1\n", 2, "coflow id 'x' is not an integer"),
+        # int() and float() read these too; a trace's numbers are ASCII digits
+        ("4 1\n\u0661 0 1 0 1 1:1\n", 2, "coflow id '\u0661' is not an integer"),
+        ("4 1\n1 0 1 0 1 1:1_0\n", 2, "reducer 1 size (MB) '1_0' is not a number"),
+        (
+            "4 1\n1 0 1 0 1 1:\u0661\u0660\n",
+            2,
+            "reducer 1 size (MB) '\u0661\u0660' is not a number",
+        ),
         ("4 1\n1 soon 1 0 1 1:1\n", 2, "arrival time 'soon' is not a number"),
         ("4 1\n1 -5 1 0 1 1:1\n", 2, "arrival time -5 is negative"),
         ("4 1\n1 0 1 0 1 1:-2.5\n", 2, "reducer 1 size (MB) -2.5 is negative"),

@@ -178,8 +178,16 @@ def parse(text: str, source: str = "<string>") -> Workload:
     return Workload(num_ports, LINK_BPS, tuple(experiments), meta)
 
 
+def _written_plainly(token: str) -> bool:
+    """Python's int() and float() also read '1_0' and digits of other scripts ('١٠'); a
+    trace's numbers are ASCII digits, as every other reader of the format reads them."""
+    return token.isascii() and "_" not in token
+
+
 def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
     try:
+        if not _written_plainly(token):
+            raise ValueError(token)
         value = int(token)
     except ValueError:
         raise _LineError(f"{what} {token!r} is not an integer") from None
@@ -191,6 +199,8 @@ def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
 
 def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
     try:
+        if not _written_plainly(token):
+            raise ValueError(token)
         value = float(token)
     except ValueError:
         raise _LineError(f"{what} {token!r} is not a number") from None

@@ -72,6 +72,8 @@ class Knob:
     def parse(self, text: str) -> object:
         """The value a spec's ``text`` stands for; ValueError if this knob cannot take it."""
         value: object
+        if self.kind in ("int", "float") and (not text.isascii() or "_" in text):
+            raise ValueError(text)  # int() and float() also read '1_0' and '１０'
         if self.kind == "bool":
             if text not in ("true", "false"):
                 raise ValueError(text)
