@@ -80,10 +80,8 @@ FIRST_COFLOW_FINISHED = {
 """Trial 0's first coflow ends: the event after :func:`_events` in every replay test."""
 
 
-def test_an_unwritable_journal_stops_the_controller_at_start(tmp_path: Path) -> None:
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")
-    journal = blocker / "events.jsonl"
+def _refused_at_start(tmp_path: Path, journal: Path) -> list[str]:
+    """The error lines of a controller started with ``--journal journal`` (exit 2)."""
     topo = write_topology(tmp_path, "127.0.0.1:1")
     result = subprocess.run(
         controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(journal)]),
@@ -93,7 +91,14 @@ def test_an_unwritable_journal_stops_the_controller_at_start(tmp_path: Path) -> 
         timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+    return result.stderr.splitlines()
+
+
+def test_an_unwritable_journal_stops_the_controller_at_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    journal = blocker / "events.jsonl"
+    assert _refused_at_start(tmp_path, journal) == [
         f"beamer: error: {journal}: cannot write the event journal: Not a directory"
     ]
 
@@ -105,16 +110,7 @@ def test_a_journal_that_is_no_regular_file_stops_the_controller_at_start(
     would be read until memory ran out (and, renamed over, replaced)."""
     fifo = tmp_path / "events.fifo"
     os.mkfifo(fifo)
-    topo = write_topology(tmp_path, "127.0.0.1:1")
-    result = subprocess.run(
-        controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(fifo)]),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+    assert _refused_at_start(tmp_path, fifo) == [
         f"beamer: error: cannot keep the event journal: {fifo}: cannot write: "
         "is a FIFO (named pipe)"
     ]

@@ -247,17 +247,7 @@ def _decode_write_request(buf: bytes) -> WriteBatch:
 
 
 def _decode_uint128(buf: bytes, pos: int, end: int) -> int:
-    high = low = 0
-    while pos < end:
-        number, wire, pos = _tag(buf, pos)
-        if wire != _VARINT or number not in (1, 2):
-            raise NotFastPath("Uint128 field")
-        value, pos = _varint(buf, pos)
-        if number == 1:
-            high = value
-        else:
-            low = value
-    _check_end(pos, end)
+    high, low = _merge_uint128(buf, pos, end, 0, 0)
     return (high << 64) | low
 
 
