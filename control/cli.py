@@ -42,13 +42,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_ERROR_CHARS = 2000
+"""The longest error line printed: a refusal may quote the input (a line of a file, a
+literal), and a 2 MB line is no message."""
+
+
+def shortened(message: str) -> str:
+    """``message``, its middle left out when it is longer than MAX_ERROR_CHARS."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return (
+        f"{message[:1500]} [... {len(message) - 1800:,} characters left out ...] {message[-300:]}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
     except UserError as error:
-        print(f"beamer: error: {error}", file=sys.stderr)
+        print(f"beamer: error: {shortened(str(error))}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("beamer: interrupted", file=sys.stderr)

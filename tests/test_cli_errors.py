@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from control.cli import main
@@ -26,3 +28,15 @@ def test_argument_errors_are_one_line_with_exit_status_2(
     lines = captured.err.splitlines()
     assert len(lines) == 1 and message in lines[0] and lines[0].endswith("--help)")
     assert captured.out == ""
+
+
+def test_an_error_that_quotes_a_huge_input_is_shortened(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "long.txt"
+    trace.write_text("4 1\n1 0 1 0 1 1:" + "x" * 500_000 + "\n")
+    assert main(["simulate", "--workload", str(trace)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and len(line) < 2100
+    assert line.startswith(f"beamer: error: {trace}:2: reducer 1 size (MB) 'xxx")
+    assert "characters left out" in line
