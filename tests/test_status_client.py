@@ -119,3 +119,27 @@ def test_a_server_that_trickles_its_answer_is_given_up_on_in_time(
         client.status()
     assert time.monotonic() - started < 5
     assert "no whole answer within 1 s" in str(gave_up.value)
+
+
+def test_the_watchdog_thread_ends_when_idle_and_on_close(
+    fake_server: Callable[[Answer], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread per client watches its calls' deadlines; a client never closed must not
+    leave it behind for good."""
+    import control.events
+
+    monkeypatch.setattr(control.events, "WATCHDOG_IDLE_S", 0.2)
+
+    def watchdogs() -> int:
+        return sum(t.name == "event-client-watchdog" for t in threading.enumerate())
+
+    address = fake_server(_reply("200 OK", b'{"ok": true}'))
+    before = watchdogs()
+    client = EventClient(address, timeout_s=5.0)
+    assert client.health() is True
+    assert watchdogs() == before + 1
+    time.sleep(0.6)
+    assert watchdogs() == before  # idle: gone
+    assert client.health() is True  # and back for the next call
+    client.close()
+    assert watchdogs() == before
