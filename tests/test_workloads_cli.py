@@ -149,6 +149,7 @@ def test_bad_workload_arguments_are_one_line(
         (["--kind", "fb2010", "--load", "1e-300"], "--load 1e-300: 1e-300 stretches the arrivals"),
         (["--time-scale", "1e10"], "--time-scale 1e+10: 1e+10 makes one resnet152 iteration"),
         (["--time-scale", "1e7"], "--time-scale 1e+07: 1e+07 makes a synchronisation flow of"),
+        (["--time-scale", "1e300"], "--time-scale 1e+300: 1e+300 scales the workload's bytes"),
         (["--link-bps", "1e-300"], "--link-bps 1e-300: 1e-300 bit/s is outside 1000..1e+15"),
         (["--link-bps", "5e-324"], "--link-bps 4.94066e-324: 4.94066e-324 bit/s is outside"),
         (["--link-bps", "1e3", "--time-scale", "1e6"], "--load: 0.8 spreads the 12 jobs'"),

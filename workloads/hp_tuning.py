@@ -196,11 +196,18 @@ def shrink_changes(config: HpTuningConfig, link_bps: float, time_scale: float) -
     """The fields :func:`shrink` changes, to be set together with others in one step."""
     _require_positive("link_bps", link_bps)
     _require_positive("time_scale", time_scale)
-    return {
+    changes = {
         "link_bps": link_bps,
         "bytes_scale": config.bytes_scale * time_scale * link_bps / config.link_bps,
         "time_scale": config.time_scale * time_scale,
     }
+    for name in ("bytes_scale", "time_scale"):
+        if changes[name] == math.inf:  # each factor finite, their product not
+            what = name.removesuffix("_scale")
+            raise SettingError(
+                "time_scale", f"{time_scale:g} scales the workload's {what} beyond any number"
+            )
+    return changes
 
 
 def max_bracket(max_budget: int, eta: int) -> int:
