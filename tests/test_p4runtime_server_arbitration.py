@@ -481,3 +481,21 @@ def test_a_stream_whose_client_left_is_freed_without_the_garbage_collector(
         assert created[0]() is None
     finally:
         gc.enable()
+
+
+def test_stream_places_admit_a_few_more_to_wait_and_never_displace_a_primary() -> None:
+    from softswitch.p4rt.places import StreamPlaces
+
+    places = StreamPlaces(limit=2, spare=1)
+    arbitrator = Arbitrator(DEVICE_ID)
+    primary, backup, waiting = ClientStream(), ClientStream(), ClientStream()
+    assert places.enter(primary) and places.enter(backup) and places.enter(waiting)
+    assert not places.enter(ClientStream())  # the spare room is taken too
+    arbitrator.arbitrate(primary, _arbitration("", 9))
+    arbitrator.arbitrate(backup, _arbitration("", 4))
+    refused = places.make_room(waiting, 4, arbitrator)  # not above the backup's 4
+    assert refused is not None and refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert places.make_room(waiting, 10, arbitrator) is None  # above 4: the backup goes
+    assert backup.closed and not primary.closed and arbitrator.is_primary(primary)
+    assert places.enter(ClientStream())  # the displaced stream no longer counts
+    assert places.make_room(primary, None, arbitrator) is None  # has a place: nothing to do

@@ -129,24 +129,62 @@ def final_error(session: StreamSession, timeout_s: float = 5.0) -> grpc.RpcError
     return session.final_error
 
 
-def test_a_stream_past_the_limit_is_refused_and_the_primary_keeps_writing(
+def _backups(served: Served, count: int, first_id: int = 1) -> list[StreamSession]:
+    """``count`` streams arbitrated as backups with election ids from ``first_id`` on."""
+    sessions = []
+    for offset in range(count):
+        session = served.session()
+        session.arbitrate(DEVICE_ID, (0, first_id + offset) if first_id else None)
+        assert session.next().arbitration.status.code != code_pb2.OK
+        sessions.append(session)
+    return sessions
+
+
+def test_streams_past_the_limit_must_displace_a_lower_backup_or_are_refused(
     served: Served,
 ) -> None:
-    idle = [served.session() for _ in range(service.MAX_STREAMS - 1)]  # the primary has one
+    """Sixteen places; a seventeenth stream may wait for one, but only takes it from a
+    backup whose election id is below its own."""
+    backups = _backups(served, service.MAX_STREAMS - 1, first_id=0)  # no election id
     time.sleep(0.2)
-    assert not any(session.done.is_set() for session in idle)
-    extra = served.session()
-    error = final_error(extra, 2.0)
+    assert not any(session.done.is_set() for session in backups)
+    # Without an election id of its own, a stream cannot displace anyone.
+    reader = served.session()
+    reader.arbitrate(DEVICE_ID, None)
+    error = final_error(reader, 2.0)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert f"limit {service.MAX_STREAMS}" in (error.details() or "")
     write(served, class_update(1))
     served.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=2)
-    # A slot that frees is taken again.
-    idle[0].outgoing.put(None)
-    assert idle[0].done.wait(5.0)
-    again = served.session()
-    again.arbitrate(DEVICE_ID, (0, 3))
-    assert again.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+    # With one, it takes the place of one backup (without an id: lowest), the oldest.
+    newcomer = served.session()
+    newcomer.arbitrate(DEVICE_ID, (0, 3))
+    assert newcomer.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+    displaced = final_error(backups[0], 2.0)
+    assert displaced.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "displaced" in (displaced.details() or "")
+    assert not any(session.done.is_set() for session in backups[1:])
+    write(served, class_update(2))  # the primary is never displaced
+
+
+def test_a_controller_takes_its_switch_though_tools_hold_every_stream_place(
+    served: Served,
+) -> None:
+    """Sixteen p4runtime-shell sessions left open (backups, election id 1,0) must not lock
+    the controller (a higher id) out."""
+    served.primary.close()
+    tools = [served.session() for _ in range(service.MAX_STREAMS)]
+    for number, tool in enumerate(tools):
+        tool.arbitrate(DEVICE_ID, (1, number))  # ids must differ; all below the controller
+        tool.next()
+    controller = P4RuntimeClient(served.server.addr, DEVICE_ID, 2 << 64)
+    try:
+        assert controller.connect() is True
+        controller.write([class_update(5)])
+    finally:
+        controller.close()
+    assert tools[0].done.wait(2.0)  # the lowest made room
+    assert not any(tool.done.is_set() for tool in tools[1:])
 
 
 def test_a_stream_that_does_not_arbitrate_in_time_is_ended_and_frees_its_slot(

@@ -30,6 +30,7 @@ from softswitch.p4rt.arbitration import (
     election_id_value,
 )
 from softswitch.p4rt.pipeline_config import ActivePipeline, PipelineConfigs, PipelineHost
+from softswitch.p4rt.places import StreamPlaces
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.rpc import (
     REQUEST_TIMEOUT_S,
@@ -62,8 +63,11 @@ P4RUNTIME_API_VERSION = "1.4.1"
 # Entities per ReadResponse message: keeps each reply well below gRPC's 4 MiB default.
 READ_CHUNK_ENTITIES = 1000
 
-# StreamChannels open at once, every role together; past this a new stream is refused.
+# StreamChannels open at once, every role together. SPARE_STREAMS more may open and
+# must make room at their first arbitration by displacing a backup with a lower election
+# id (see ``places``); past those a new stream is refused.
 MAX_STREAMS = 16
+SPARE_STREAMS = 4
 
 # A stream must arbitrate this soon after it opens, or it is ended: a connection that
 # only holds a stream open must not keep a slot from a controller.
@@ -141,7 +145,7 @@ class P4RuntimeServicer:
         self.state_lock = threading.Lock()
         self.arbitration_timeout_s = arbitration_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._stream_slots = Slots(MAX_STREAMS, "open streams", "close one and try again")
+        self._stream_places = StreamPlaces(MAX_STREAMS, SPARE_STREAMS)
         self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
 
     # ------------------------------------------------------------------ Write
@@ -384,8 +388,13 @@ class P4RuntimeServicer:
         Arbitration changes on other streams must reach this client while it is silent,
         hence the outbox rather than answering request by request. Neither side holds a
         thread: a silent or slow client costs only its slot."""
-        await self._stream_slots.take(context)
         stream = ClientStream(peer=context.peer())
+        if not self._stream_places.enter(stream):
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many open streams (limit {MAX_STREAMS}, and {SPARE_STREAMS} more "
+                "waiting to arbitrate); close one and try again",
+            )
         stream.on_cut_off = self._leave_arbitration_soon()
         reader = asyncio.create_task(self._read_stream(stream, requests))
         try:
@@ -394,6 +403,7 @@ class P4RuntimeServicer:
             reader.cancel()
             self.arbitrator.remove(stream)
             stream.end()
+            self._stream_places.leave(stream)
 
     def _leave_arbitration_soon(self) -> Callable[[ClientStream], None]:
         """For a client cut off for not reading: its stream stops counting in arbitration
@@ -468,6 +478,16 @@ class P4RuntimeServicer:
         """Handle one message; an arbitration error is returned to end the stream."""
         kind = request.WhichOneof("update")
         if kind == "arbitration":
+            if stream.role is None:
+                update = request.arbitration
+                election_id = (
+                    election_id_value(update.election_id)
+                    if update.HasField("election_id")
+                    else None
+                )
+                refusal = self._stream_places.make_room(stream, election_id, self.arbitrator)
+                if refusal is not None:
+                    return refusal
             try:
                 self.arbitrator.arbitrate(stream, request.arbitration)
             except P4RuntimeError as error:
