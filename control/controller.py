@@ -93,6 +93,11 @@ from control.topology import SwitchSpec, Topology
 
 log = logging.getLogger(__name__)
 
+UNREADABLE_ENTRY = (KeyError, ValueError)
+"""What reading back an entry raises when the switch holds one this controller's program
+cannot describe (an unknown field or table, a value wider than its field): the switch is
+then in error, named, and supervised as before."""
+
 CONNECT_TIMEOUT_S = 1.0
 """How long one reconnection attempt waits for a switch's gRPC server."""
 DEFAULT_LINK_BPS = 1e9
@@ -1028,6 +1033,11 @@ class Controller(EventHandler):
             session.error = str(error)
             log.warning("%s: provisioning failed: %s", spec.name, error)
             return False
+        except UNREADABLE_ENTRY as error:
+            session.state = "error"
+            session.error = f"the switch holds an entry this controller cannot read: {error!r}"
+            log.warning("%s: provisioning failed: %s", spec.name, session.error)
+            return False
         return session.state == "ready"
 
     def _push_pipeline(self, session: SwitchSession, client: P4RuntimeClient) -> None:
@@ -1120,43 +1130,56 @@ class Controller(EventHandler):
     def _supervise(self) -> None:
         last_counters = time.monotonic()
         while not self._stopping.is_set():
-            self._wake.wait(self.config.supervise_interval_s)
-            self._wake.clear()
-            if self._stopping.is_set():
-                return
-            if self._rerank.is_set():
-                self._rerank.clear()
-                with self._schedule_lock:
-                    self._reschedule()
+            try:
+                last_counters = self._supervise_once(last_counters)
+            except Exception:  # a bug must not end supervision, which nothing would restart
+                log.exception("supervision round failed; the next one runs as usual")
+
+    def _supervise_once(self, last_counters: float) -> float:
+        """One round of :meth:`_supervise`; returns when the counters were last read."""
+        self._wake.wait(self.config.supervise_interval_s)
+        self._wake.clear()
+        if self._stopping.is_set():
+            return last_counters
+        if self._rerank.is_set():
+            self._rerank.clear()
             with self._schedule_lock:
-                todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
-            for session, need in todo:
-                if need == "reconnect":
+                self._reschedule()
+        with self._schedule_lock:
+            todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
+        for session, need in todo:
+            if need == "reconnect":
+                if session.state == "ready":
+                    log.warning("%s: connection lost; reconnecting", session.spec.name)
+                with self._schedule_lock:
+                    # Its stream is gone. Detached under the lock, so no event writes
+                    # through it while it closes (the switch waits in pending_switches);
+                    # closing it tells the switch, which frees our election id.
+                    stale, session.client = session.client, None
                     if session.state == "ready":
-                        log.warning("%s: connection lost; reconnecting", session.spec.name)
-                    stale = session.client
-                    if stale is not None:
-                        # Its stream is gone; closing it first tells the switch so, which
-                        # frees our election id for the new stream.
-                        suppress_close_errors(stale)
-                    connection = self._connect(session.spec)
-                    with self._schedule_lock:
-                        self._provision(session, connection)
-                elif need == "reprovision":
-                    # Our stream is alive and primary: provision over it. A second stream
-                    # with our election id would be refused, and closing this one would
-                    # leave the switch without a primary.
-                    with self._schedule_lock:
-                        client = session.client
-                        if client is not None and client.connected and client.is_primary:
-                            self._provision(session, _Connection(client, True, None))
-                elif need == "demoted":
-                    with self._schedule_lock:
-                        if session.state in ("ready", "error"):
-                            self._lost_primary(session, "another client became primary")
-            if time.monotonic() - last_counters >= self.config.counter_interval_s:
-                last_counters = time.monotonic()
-                self._poll()
+                        session.state = "down"
+                        session.error = "connection lost; reconnecting"
+                if stale is not None:
+                    suppress_close_errors(stale)
+                connection = self._connect(session.spec)
+                with self._schedule_lock:
+                    self._provision(session, connection)
+            elif need == "reprovision":
+                # Our stream is alive and primary: provision over it. A second stream
+                # with our election id would be refused, and closing this one would
+                # leave the switch without a primary.
+                with self._schedule_lock:
+                    client = session.client
+                    if client is not None and client.connected and client.is_primary:
+                        self._provision(session, _Connection(client, True, None))
+            elif need == "demoted":
+                with self._schedule_lock:
+                    if session.state in ("ready", "error"):
+                        self._lost_primary(session, "another client became primary")
+        if time.monotonic() - last_counters >= self.config.counter_interval_s:
+            last_counters = time.monotonic()
+            self._poll()
+        return last_counters
 
     @staticmethod
     def _needs_provisioning(session: SwitchSession) -> str | None:
@@ -1192,6 +1215,9 @@ class Controller(EventHandler):
                 readings.append((session, True, self._read_stage_bytes(session, client), None))
             except P4RuntimeError as error:
                 readings.append((session, True, None, str(error)))
+            except UNREADABLE_ENTRY as error:
+                unreadable = f"the switch holds an entry this controller cannot read: {error!r}"
+                readings.append((session, True, None, unreadable))
         progress: dict[StageKey, float] = {}
         with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:

@@ -536,6 +536,7 @@ class EventServer:
         self._clients: dict[int, _Client] = {}
         self._large: asyncio.Semaphore | None = None
         self._ids = itertools.count()
+        self._unix_bound = False
         try:
             if tcp_addr is not None:
                 self._listeners.append(self._listen_tcp(tcp_addr))
@@ -565,13 +566,16 @@ class EventServer:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(str(path))
+            self._unix_bound = True  # from here the socket file is this server's
             # Only the controller's user (and root) may send events over the socket.
             os.chmod(path, 0o600)
             sock.listen(1024)
         except OSError:
             sock.close()
-            with contextlib.suppress(OSError):
-                path.unlink()
+            if self._unix_bound:
+                self._unix_bound = False
+                with contextlib.suppress(OSError):
+                    path.unlink()
             raise
         return _Listener(sock, False)
 
@@ -637,7 +641,10 @@ class EventServer:
             listener.sock.close()
         self._listeners.clear()
         self._servers.clear()
-        if self.unix_path is not None:
+        if self.unix_path is not None and self._unix_bound:
+            # Only a socket this server bound: a start that failed (its TCP address taken
+            # by another controller) must not remove that controller's live socket.
+            self._unix_bound = False
             with contextlib.suppress(FileNotFoundError):
                 self.unix_path.unlink()
 

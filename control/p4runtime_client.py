@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
@@ -292,12 +293,17 @@ def _update_errors(error: grpc.RpcError) -> list[UpdateError]:
         if key != STATUS_DETAILS_KEY:
             continue
         status = status_pb2.Status()
-        status.ParseFromString(value)
         failures = []
-        for index, packed in enumerate(status.details):
-            detail = p4runtime_pb2.Error()
-            if packed.Unpack(detail) and detail.canonical_code != code_pb2.OK:
-                failures.append(UpdateError(index, _code_of(detail.canonical_code), detail.message))
+        try:
+            status.ParseFromString(value)
+            for index, packed in enumerate(status.details):
+                detail = p4runtime_pb2.Error()
+                if packed.Unpack(detail) and detail.canonical_code != code_pb2.OK:
+                    failures.append(
+                        UpdateError(index, _code_of(detail.canonical_code), detail.message)
+                    )
+        except DecodeError:
+            return []  # details a switch garbled: the call's own status still says it failed
         return failures
     return []
 

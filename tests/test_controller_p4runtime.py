@@ -675,6 +675,38 @@ def test_a_failed_read_is_recovered_on_the_same_stream(
     assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
 
 
+def test_an_entry_the_controller_cannot_read_puts_the_switch_in_error_not_the_controller_down(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading back an entry its program cannot describe raised KeyError or ValueError:
+    at start a traceback, later a dead supervisor thread that nothing restarted."""
+    import control.controller
+
+    read = control.controller.from_table_entry
+    unreadable = threading.Event()
+
+    def from_table_entry(entry: Any, names: Any) -> Any:
+        if unreadable.is_set():
+            raise KeyError(77)  # e.g. a match field id the P4Info does not have
+        return read(entry, names)
+
+    monkeypatch.setattr(control.controller, "from_table_entry", from_table_entry)
+    controller = rig.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])  # entries to read back
+    session = controller.sessions["s1"]
+    unreadable.set()  # the counter poll, then every read-back, meets it
+    message = "the switch holds an entry this controller cannot read: KeyError(77)"
+    _wait_for(lambda: session.error == message, "the switch to be in error")
+    time.sleep(0.3)  # several supervision rounds meet it again
+    assert session.state == "error" and controller._supervisor is not None
+    assert controller._supervisor.is_alive()
+    unreadable.clear()
+    _wait_for(lambda: session.state == "ready", "supervision to go on and recover")
+    _start_experiment(controller, 2, [100])
+    assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
+
+
 def test_two_switches_written_together_and_one_down_does_not_block_events(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -262,6 +262,24 @@ def test_stale_socket_is_replaced_but_a_live_one_is_refused(tmp_path: Path) -> N
         EventServer(_Recorder(), tcp_addr=None, unix_path=regular)
 
 
+def test_a_second_controller_on_a_taken_address_leaves_the_first_ones_socket(
+    tmp_path: Path,
+) -> None:
+    """Its TCP bind fails first; cleaning up, it used to remove the socket file it never
+    bound, the live controller's."""
+    path = tmp_path / "c.sock"
+    first = EventServer(_Recorder(), tcp_addr="127.0.0.1:0", unix_path=path)
+    first.start()
+    try:
+        with pytest.raises(UserError, match=r"cannot listen on 127\.0\.0\.1"):
+            EventServer(_Recorder(), tcp_addr=first.url, unix_path=path)
+        assert path.exists()
+        assert EventClient(str(path), timeout_s=5).health() is True
+    finally:
+        first.stop()
+    assert not path.exists()  # the first removes its own
+
+
 def test_unreachable_controller_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="controller at"):
         EventClient(str(tmp_path / "absent.sock"), timeout_s=1).health()

@@ -98,3 +98,15 @@ def test_batches_build_the_updates_the_plain_way_would(
     assert [u.SerializeToString() for rpc in built for u in rpc] == [
         u.SerializeToString() for u in plain
     ]
+
+
+def test_update_errors_a_switch_garbled_are_no_errors_not_a_crash() -> None:
+    """A Write refused with status details that do not decode: the call's own status
+    still says it failed; the details are left out, not a DecodeError."""
+    from control.p4runtime_client import STATUS_DETAILS_KEY, _update_errors
+
+    class Refused:
+        def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+            return ((STATUS_DETAILS_KEY, b"\xff\xff"),)
+
+    assert _update_errors(Refused()) == []  # type: ignore[arg-type]
