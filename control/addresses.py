@@ -1,4 +1,5 @@
-"""``HOST:PORT`` as every command line and file of the project spells an address."""
+"""Numbers and ``HOST:PORT`` as the project's command lines and files spell them: ASCII
+digits only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ reads as another number."""
 def is_decimal(text: str) -> bool:
     """Whether ``text`` is a non-empty run of ASCII digits."""
     return _DIGITS.fullmatch(text) is not None
+
+
+def written_plainly(number: str) -> bool:
+    """Whether ``number`` is spelled as every reader of our formats reads it: int() and
+    float() also take '1_0' and digits of other scripts ('١٠', '１０')."""
+    return number.isascii() and "_" not in number
 
 
 def split_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int] | None:

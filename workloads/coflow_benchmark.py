@@ -27,6 +27,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from control.addresses import written_plainly
 from control.errors import UserError
 from control.files import atomic_write_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
@@ -178,15 +179,9 @@ def parse(text: str, source: str = "<string>") -> Workload:
     return Workload(num_ports, LINK_BPS, tuple(experiments), meta)
 
 
-def _written_plainly(token: str) -> bool:
-    """Python's int() and float() also read '1_0' and digits of other scripts ('١٠'); a
-    trace's numbers are ASCII digits, as every other reader of the format reads them."""
-    return token.isascii() and "_" not in token
-
-
 def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
     try:
-        if not _written_plainly(token):
+        if not written_plainly(token):
             raise ValueError(token)
         value = int(token)
     except ValueError:
@@ -199,7 +194,7 @@ def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
 
 def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
     try:
-        if not _written_plainly(token):
+        if not written_plainly(token):
             raise ValueError(token)
         value = float(token)
     except ValueError:

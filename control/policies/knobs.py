@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from control.addresses import written_plainly
 from control.errors import UserError
 
 KNOB_LIMIT = 1e6
@@ -72,8 +73,8 @@ class Knob:
     def parse(self, text: str) -> object:
         """The value a spec's ``text`` stands for; ValueError if this knob cannot take it."""
         value: object
-        if self.kind in ("int", "float") and (not text.isascii() or "_" in text):
-            raise ValueError(text)  # int() and float() also read '1_0' and '１０'
+        if self.kind in ("int", "float") and not written_plainly(text):
+            raise ValueError(text)
         if self.kind == "bool":
             if text not in ("true", "false"):
                 raise ValueError(text)
