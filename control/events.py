@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import socket
 import stat
@@ -424,8 +425,9 @@ class ServerLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     """Larger bodies get 413 before they are read."""
     small_body_bytes: int = 64 * 1024
-    """Bodies up to this size are read at once; larger ones wait for one of
-    ``large_bodies`` slots, which bounds the memory that bodies in flight take."""
+    """Bodies announced up to this size are read at once; larger ones and chunked ones
+    (of unknown length) wait for one of ``large_bodies`` slots, which bounds the memory
+    that bodies in flight take."""
     large_bodies: int = 4
     max_header_bytes: int = 16 * 1024
     """Request line plus headers; more gets 431."""
@@ -490,6 +492,19 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
+_QUOTED_BYTES = re.compile(r"(?:bytearray\()?b['\"]")
+
+
+def _protocol_error(error: h11.ProtocolError) -> str:
+    """h11's reason for refusing a request, quoting at most SHOW_CHARS of the client's
+    bytes (h11 quotes a whole bad request or header line)."""
+    text = str(error)
+    match = _QUOTED_BYTES.search(text)
+    if match is None:
+        return text
+    return text[: match.start()] + _short(text[match.start() :])
+
+
 def _host_is_literal(value: str) -> bool:
     """Whether a Host header names ``localhost`` or an IP address (with optional port):
     a name that DNS resolves could be rebound to this address by a web page."""
@@ -537,15 +552,22 @@ class EventServer:
         self._large: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         self._unix_bound = False
+        where = ""
         try:
             if tcp_addr is not None:
+                where = tcp_addr
                 self._listeners.append(self._listen_tcp(tcp_addr))
             if self.unix_path is not None:
+                where = str(self.unix_path)
                 self._listeners.append(self._listen_unix(self.unix_path))
         except OSError as error:
             self.stop()
-            where = unix_path if unix_path is not None and tcp_addr is None else tcp_addr
-            raise UserError(f"events API: cannot listen on {where}: {error.strerror}") from None
+            # strerror is None for some errors, e.g. "AF_UNIX path too long".
+            reason = error.strerror or str(error)
+            raise UserError(f"events API: cannot listen on {where}: {reason}") from None
+        except UserError:  # a live or non-socket file at the socket path
+            self.stop()
+            raise
 
     def _listen_tcp(self, address: str) -> _Listener:
         host, port = parse_hostport(address)
@@ -626,6 +648,9 @@ class EventServer:
             await asyncio.wait(tasks, timeout=2)
 
     def stop(self) -> None:
+        # The socket file goes first: the rest may wait (for an event being applied), and a
+        # second Ctrl-C during that wait would otherwise leave the file behind.
+        self._remove_socket_file()
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
             with contextlib.suppress(Exception):
@@ -641,6 +666,8 @@ class EventServer:
             listener.sock.close()
         self._listeners.clear()
         self._servers.clear()
+
+    def _remove_socket_file(self) -> None:
         if self.unix_path is not None and self._unix_bound:
             # Only a socket this server bound: a start that failed (its TCP address taken
             # by another controller) must not remove that controller's live socket.
@@ -748,7 +775,9 @@ class EventServer:
         release = False
         try:
             try:
-                if connection.next_event() is h11.NEED_DATA:
+                # A pipelined request may already be here whole, read with the previous one.
+                event = connection.next_event()
+                if event is h11.NEED_DATA and not connection.trailing_data[0]:
                     # Idle keep-alive: wait for the next request's first bytes.
                     try:
                         data = await asyncio.wait_for(
@@ -758,10 +787,13 @@ class EventServer:
                         return False
                     connection.receive_data(data)
                 deadline = loop.time() + limits.request_timeout_s
-                request = await self._receive(connection, reader, deadline)
-                if isinstance(request, h11.ConnectionClosed):
+                if event is h11.NEED_DATA:
+                    event = await self._receive(connection, reader, deadline)
+                if isinstance(event, h11.ConnectionClosed):
                     return False
-                assert isinstance(request, h11.Request)
+                if not isinstance(event, h11.Request):
+                    raise _Refuse(400, "malformed request: expected a request line")
+                request = event
                 # h11 bounds only what arrives incomplete; a whole head can be larger.
                 head_bytes = len(request.target) + sum(
                     len(name) + len(value) + 4 for name, value in request.headers
@@ -769,16 +801,18 @@ class EventServer:
                 if head_bytes > limits.max_header_bytes:
                     raise _Refuse(431, "request headers too large")
                 headers = {name.decode("latin-1"): value for name, value in request.headers}
+                self._check_framing(request, headers)
                 path = request.target.decode("latin-1").partition("?")[0]
                 method = request.method.decode("latin-1")
                 origins = [value for name, value in request.headers if name == b"origin"]
                 self._check_origin(headers, origins, listener)
                 if path not in API_PATHS:
-                    raise _Refuse(404, f"no such resource {_clip(path)}")
+                    raise _Refuse(404, f"no such resource {_short(path)}")
                 if method != API_PATHS[path]:
-                    raise _Refuse(405, f"{_clip(method)} is not allowed on {path}")
+                    raise _Refuse(405, f"{_short(method)} is not allowed on {path}")
                 if method == "GET":
                     # Read to the end of the request; a body is read away, not kept.
+                    await self._continue(connection, writer)
                     await self._body(connection, reader, deadline, keep=False)
                     if path.endswith("/health"):
                         status, payload = 200, {"ok": True}
@@ -786,7 +820,8 @@ class EventServer:
                         client.busy = True
                         status, payload = await loop.run_in_executor(self._pool, self._status)
                 else:
-                    length = self._check_post(headers)
+                    types = [value for name, value in request.headers if name == b"content-type"]
+                    length = self._check_post(headers, types)
                     if length is None or length > limits.small_body_bytes:
                         assert self._large is not None
                         remaining = max(deadline - loop.time(), 0.0)
@@ -795,11 +830,15 @@ class EventServer:
                         except TimeoutError:
                             raise _Refuse(503, "busy: too many large requests") from None
                         release = True
+                    # Every check passed and the body has room: a client that holds its
+                    # body back for "Expect: 100-continue" is asked for it now.
+                    await self._continue(connection, writer)
                     body = await self._body(connection, reader, deadline)
                     client.busy = True
                     status, payload = await loop.run_in_executor(self._pool, self._event, body)
             except h11.RemoteProtocolError as error:
-                raise _Refuse(error.error_status_hint, f"malformed request: {error}") from None
+                message = f"malformed request: {_protocol_error(error)}"
+                raise _Refuse(error.error_status_hint, message) from None
         except _Refuse as refusal:
             await self._send(connection, writer, refusal.status, error_body(refusal.message), True)
             await self._linger(reader, writer)
@@ -839,8 +878,44 @@ class EventServer:
             ):
                 raise _Refuse(403, "cross-origin requests are refused")
 
-    def _check_post(self, headers: Mapping[str, bytes]) -> int | None:
+    @staticmethod
+    def _check_framing(request: h11.Request, headers: Mapping[str, bytes]) -> None:
+        """Refuse a body whose length two headers could tell differently (RFC 9112 §6.1,
+        §6.3: a way to smuggle a request, or to slip a large body past the size that
+        decides whether it needs one of the large-body slots), and expectations other
+        than ``100-continue``. h11 has already refused transfer codings other than
+        ``chunked``."""
+        if "transfer-encoding" in headers:
+            if "content-length" in headers:
+                raise _Refuse(
+                    400, "a request may not have both Content-Length and Transfer-Encoding"
+                )
+            if request.http_version == b"1.0":
+                raise _Refuse(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request")
+        if request.http_version == b"1.0":
+            return  # HTTP/1.0 has no expectations (RFC 9110 §10.1.1: ignored)
+        expected = {
+            token.strip().lower()
+            for name, value in request.headers
+            if name == b"expect"
+            for token in value.split(b",")
+        }
+        if expected - {b"", b"100-continue"}:
+            raise _Refuse(417, "the only expectation supported is Expect: 100-continue")
+
+    async def _continue(self, connection: h11.Connection, writer: asyncio.StreamWriter) -> None:
+        """Send ``100 Continue`` to a client waiting for it before it sends its body."""
+        if connection.they_are_waiting_for_100_continue:
+            data = connection.send(
+                h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+            )
+            writer.write(data or b"")
+            await asyncio.wait_for(writer.drain(), self.limits.write_timeout_s)
+
+    def _check_post(self, headers: Mapping[str, bytes], types: Sequence[bytes]) -> int | None:
         """The body's announced length (None when chunked) after the content-type check."""
+        if len(types) > 1:
+            raise _Refuse(400, "more than one Content-Type header")
         media, _, params = headers.get("content-type", b"").decode("latin-1").partition(";")
         charset = params.strip().lower().replace(" ", "")
         if media.strip().lower() != "application/json" or charset not in (
@@ -849,9 +924,11 @@ class EventServer:
             'charset="utf-8"',
         ):
             raise _Refuse(415, "events must be sent as Content-Type: application/json")
+        if "transfer-encoding" in headers:
+            # Chunked (the only coding h11 reads; never with Content-Length, see
+            # _check_framing): a body of unknown length, counted as it arrives.
+            return None
         if "content-length" not in headers:
-            if "transfer-encoding" in headers:
-                return None
             raise _Refuse(411, "Content-Length required")
         length = int(headers["content-length"])  # h11 has checked it is a number
         if length > self.limits.max_body_bytes:
