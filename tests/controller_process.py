@@ -151,3 +151,17 @@ def controller_process(
         reader.join(timeout=5)
         if process.stderr is not None:
             process.stderr.close()
+
+
+@contextmanager
+def controller_on_embedded_switch(
+    directory: Path, events_timeout_s: float
+) -> Iterator[ControllerProcess]:
+    """A controller process driving one embedded switch, with the given events timeout."""
+    with (
+        embedded_switch() as switch,
+        controller_process(
+            directory, switch.addr, ["--events-timeout", str(events_timeout_s)]
+        ) as process,
+    ):
+        yield process

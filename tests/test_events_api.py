@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import ControllerProcess, controller_process, embedded_switch
+from controller_process import (
+    ControllerProcess,
+    controller_on_embedded_switch,
+)
 
 from control.events import EventClient, raise_open_files_limit
 
@@ -24,12 +27,7 @@ REQUEST_TIMEOUT_S = 3.0
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
     directory = tmp_path_factory.mktemp("api")
-    with (
-        embedded_switch() as switch,
-        controller_process(
-            directory, switch.addr, ["--events-timeout", str(REQUEST_TIMEOUT_S)]
-        ) as process,
-    ):
+    with controller_on_embedded_switch(directory, REQUEST_TIMEOUT_S) as process:
         yield process
 
 

@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import REPO, ControllerProcess, controller_process, embedded_switch
+from controller_process import (
+    REPO,
+    ControllerProcess,
+    controller_on_embedded_switch,
+)
 from test_events import _Recorder
 from test_events_api import REQUEST_TIMEOUT_S, _applied, _raw, _read_reply, _release
 
@@ -26,12 +30,7 @@ from control.events import EventServer, ServerLimits
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
     directory = tmp_path_factory.mktemp("http")
-    with (
-        embedded_switch() as switch,
-        controller_process(
-            directory, switch.addr, ["--events-timeout", str(REQUEST_TIMEOUT_S)]
-        ) as process,
-    ):
+    with controller_on_embedded_switch(directory, REQUEST_TIMEOUT_S) as process:
         yield process
 
 
