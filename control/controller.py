@@ -37,6 +37,7 @@ import numpy as np
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
+from control.cli import shortened
 from control.entries import (
     ActionCall,
     ClassEntries,
@@ -97,6 +98,32 @@ UNREADABLE_ENTRY = (KeyError, ValueError)
 """What reading back an entry raises when the switch holds one this controller's program
 cannot describe (an unknown field or table, a value wider than its field): the switch is
 then in error, named, and supervised as before."""
+
+
+def unreadable_entry(error: Exception) -> str:
+    """The reason a switch is in error when it holds an entry the controller cannot read
+    (the error may quote the switch's bytes: shortened)."""
+    return shortened(f"the switch holds an entry this controller cannot read: {error!r}")
+
+
+READ_LIMIT_FACTOR = 2
+MIN_READ_LIMIT_ENTITIES = 4096
+READ_BYTES_PER_ENTITY = 1024
+DEFAULT_TABLE_SIZE = 1024
+"""What a table whose P4Info gives no size is taken to hold (p4c's default)."""
+
+
+def read_limits(names: P4Names) -> tuple[int, int]:
+    """Entities and reply bytes the controller accepts in one Read from a switch running
+    this pipeline: twice what its tables and indirect counters are declared to hold
+    (16,384 for beamer.p4, whose tables hold 8,192 entries; the controller writes at most
+    6,144 of them), at least MIN_READ_LIMIT_ENTITIES, and READ_BYTES_PER_ENTITY bytes per
+    entity. A switch that sends more is in error; the Read is cancelled."""
+    capacity = sum(table.size or DEFAULT_TABLE_SIZE for table in names.tables.values())
+    capacity += sum(counter.size for counter in names.counters.values())
+    entities = max(MIN_READ_LIMIT_ENTITIES, READ_LIMIT_FACTOR * capacity)
+    return entities, entities * READ_BYTES_PER_ENTITY
+
 
 CONNECT_TIMEOUT_S = 1.0
 """How long one reconnection attempt waits for a switch's gRPC server."""
@@ -698,7 +725,7 @@ class Controller(EventHandler):
         keep supervising them in the background."""
         if wait:
             for session in self.sessions.values():
-                connection = self._connect(session.spec)
+                connection = self._connect(session)
                 with self._schedule_lock:
                     self._provision(session, connection)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
@@ -961,9 +988,11 @@ class Controller(EventHandler):
 
     # -- provisioning and recovery --
 
-    def _connect(self, spec: SwitchSpec) -> _Connection:
+    def _connect(self, session: SwitchSession) -> _Connection:
         """Open a client and arbitrate; slow when the switch is down, so callers run it
         without holding the controller's lock."""
+        spec = session.spec
+        max_read_entities, max_read_bytes = read_limits(session.names)
         client = P4RuntimeClient(
             spec.grpc_addr,
             spec.device_id,
@@ -975,6 +1004,8 @@ class Controller(EventHandler):
             on_arbitration=lambda _c, _primary: self._wake.set(),
             # Take the switch back when a client with a higher id was primary and left.
             reclaim=True,
+            max_read_entities=max_read_entities,
+            max_read_bytes=max_read_bytes,
         )
         try:
             primary = client.connect()
@@ -992,7 +1023,7 @@ class Controller(EventHandler):
         (made here when not given)."""
         spec = session.spec
         if connection is None:
-            connection = self._connect(spec)
+            connection = self._connect(session)
         client = connection.client
         if session.client is not None and session.client is not client:
             suppress_close_errors(session.client)
@@ -1035,7 +1066,7 @@ class Controller(EventHandler):
             return False
         except UNREADABLE_ENTRY as error:
             session.state = "error"
-            session.error = f"the switch holds an entry this controller cannot read: {error!r}"
+            session.error = unreadable_entry(error)
             log.warning("%s: provisioning failed: %s", spec.name, session.error)
             return False
         return session.state == "ready"
@@ -1161,7 +1192,7 @@ class Controller(EventHandler):
                         session.error = "connection lost; reconnecting"
                 if stale is not None:
                     suppress_close_errors(stale)
-                connection = self._connect(session.spec)
+                connection = self._connect(session)
                 with self._schedule_lock:
                     self._provision(session, connection)
             elif need == "reprovision":
@@ -1216,8 +1247,7 @@ class Controller(EventHandler):
             except P4RuntimeError as error:
                 readings.append((session, True, None, str(error)))
             except UNREADABLE_ENTRY as error:
-                unreadable = f"the switch holds an entry this controller cannot read: {error!r}"
-                readings.append((session, True, None, unreadable))
+                readings.append((session, True, None, unreadable_entry(error)))
         progress: dict[StageKey, float] = {}
         with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:

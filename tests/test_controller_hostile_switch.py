@@ -1,0 +1,349 @@
+"""The controller against a switch that is slow, verbose or wrong: megabytes of error
+text, a Read that never ends, a PERMISSION_DENIED that is not about election ids, a
+stream that keeps failing, and RPCs answered just inside the timeout.
+
+The switch is the embedded P4Runtime server of tests/test_controller_p4runtime.py (real
+arbitration and table state), with some of its RPCs replaced by what a hostile switch
+does (:class:`Misbehaviour`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2
+from test_controller_p4runtime import (
+    Rig,
+    _class_entries,
+    _p4info,
+    _Pipeline,
+    _Program,
+    _start_experiment,
+    _Switch,
+    _topology,
+    _wait_for,
+)
+
+from control.cli import MAX_ERROR_CHARS
+from control.controller import PipelineArtifacts, read_limits
+from control.p4runtime_client import P4Names, _update_errors, entity_count
+from softswitch.p4rt import pipeline_config
+from softswitch.p4rt.rpc import RpcContext
+from softswitch.p4runtime_server import P4RuntimeServer
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+MESSAGE_BOUND = MAX_ERROR_CHARS + 200
+"""The longest a stored or logged message about a switch may be: the switch's text
+shortened, plus the controller's own words around it."""
+
+ReadReplies = tuple[Sequence[bytes], status_pb2.Status | None]
+
+
+@dataclass
+class Misbehaviour:
+    """What the switch does instead of its job, per RPC (None: its job).
+
+    ``write`` runs before each Write and may end it (``context.abort``); ``read`` gives
+    the replies of a Read in place of the switch's own."""
+
+    write: Callable[[p4runtime_pb2.WriteRequest, RpcContext], None] | None = None
+    read: Callable[[p4runtime_pb2.ReadRequest], ReadReplies] | None = None
+
+
+def misbehave(server: P4RuntimeServer, misbehaviour: Misbehaviour) -> None:
+    """Route ``server``'s Write and Read through ``misbehaviour`` (before it starts: the
+    server binds its handlers then)."""
+    servicer = server.servicer
+    write, read_replies = servicer.Write, servicer.read_replies
+
+    def hostile_write(request: Any, context: RpcContext) -> p4runtime_pb2.WriteResponse:
+        if misbehaviour.write is not None:
+            parsed = p4runtime_pb2.WriteRequest.FromString(request)
+            misbehaviour.write(parsed, context)
+        return write(request, context)
+
+    def hostile_read(request: p4runtime_pb2.ReadRequest, context: RpcContext) -> ReadReplies:
+        if misbehaviour.read is not None:
+            return misbehaviour.read(request)
+        return read_replies(request, context)
+
+    servicer.Write = hostile_write  # type: ignore[method-assign]
+    servicer.read_replies = hostile_read  # type: ignore[method-assign]
+
+
+@dataclass
+class HostileRig(Rig):
+    misbehaviour: Misbehaviour = field(default_factory=Misbehaviour)
+
+    def restart_switch(self) -> None:
+        self.server.stop(0)
+        self.switch = _Switch()
+        self.server = P4RuntimeServer(self.switch, 0, self.server.addr)
+        misbehave(self.server, self.misbehaviour)
+        self.server.start()
+
+
+@pytest.fixture
+def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileRig]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    switch = _Switch()
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    misbehaviour = Misbehaviour()
+    misbehave(server, misbehaviour)
+    server.start()
+    program = _Program(_p4info())
+    rig = HostileRig(
+        switch,
+        server,
+        _topology(server.addr),
+        PipelineArtifacts(program.p4info, program.device_config()),
+        misbehaviour=misbehaviour,
+    )
+    try:
+        yield rig
+    finally:
+        for controller in rig.controllers:
+            controller.stop()
+        rig.server.stop(0)
+
+
+def _said_about_switches(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "control.controller"]
+
+
+# --- 1. error text from a switch is shortened -------------------------------------------
+
+
+def test_megabytes_of_error_text_from_a_switch_are_shortened_in_status_and_log(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="control.controller")
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    huge = "the switch explains at length: " + "very " * ((8 << 20) // 5) + "the end"
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        context.abort(grpc.StatusCode.INTERNAL, huge)
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])  # its writes are refused
+    session = controller.sessions["s1"]
+    assert session.state == "error"
+    assert session.error is not None
+    assert "the switch explains at length: very very" in session.error
+    assert session.error.endswith("the end")
+    assert len(session.error) <= MESSAGE_BOUND
+    switch_status = controller.status()["switches"][0]
+    assert len(switch_status["error"]) <= MESSAGE_BOUND
+    said = _said_about_switches(caplog)
+    assert any("the switch explains" in line for line in said)
+    assert max(map(len, said)) <= MESSAGE_BOUND
+    # Supervision goes on: when the switch writes again, the schedule is there.
+    hostile.misbehaviour.write = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_megabytes_of_per_update_error_text_are_shortened(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        count = len(request.updates)
+        status = status_pb2.Status(
+            code=code_pb2.UNKNOWN, message=f"{count} of {count} updates failed"
+        )
+        for number in range(count):
+            packed = any_pb2.Any()
+            packed.Pack(
+                p4runtime_pb2.Error(
+                    canonical_code=code_pb2.INVALID_ARGUMENT,
+                    message=f"update {number} is wrong because " + "so " * (1 << 20),
+                )
+            )
+            status.details.append(packed)
+        context.set_trailing_metadata(((STATUS_DETAILS_KEY, status.SerializeToString()),))
+        context.abort(grpc.StatusCode.UNKNOWN, status.message)
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])
+    session = controller.sessions["s1"]
+    assert session.error is not None
+    assert "update 0: INVALID_ARGUMENT: update 0 is wrong because so so" in session.error
+    assert len(session.error) <= MESSAGE_BOUND
+    assert max(map(len, _said_about_switches(caplog))) <= MESSAGE_BOUND
+
+
+def test_more_error_details_than_updates_are_not_read() -> None:
+    """A Write refused with 100,000 details for a batch of 3: not one per update, as the
+    spec has it, and parsing them took seconds (a 64 MiB trailer, the better part of a
+    minute). The refusal is reported with the call's own status."""
+
+    class Refused:
+        def __init__(self, details: int) -> None:
+            status = status_pb2.Status(code=code_pb2.UNKNOWN, message="refused")
+            packed = any_pb2.Any()
+            packed.Pack(p4runtime_pb2.Error(canonical_code=code_pb2.INTERNAL, message="no"))
+            status.details.extend([packed] * details)
+            self.data = status.SerializeToString()
+
+        def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+            return ((STATUS_DETAILS_KEY, self.data),)
+
+    assert _update_errors(Refused(100_000), updates_sent=3) == []  # type: ignore[arg-type]
+    assert len(_update_errors(Refused(3), updates_sent=3)) == 3  # type: ignore[arg-type]
+
+
+def test_megabytes_of_error_text_ending_the_stream_are_shortened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A switch that ends the arbitration stream with a long status."""
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    server = P4RuntimeServer(_Switch(), 0, "127.0.0.1:0")
+    huge = "go away: " + "because " * (1 << 20)
+
+    async def refuse_stream(requests: Any, context: Any) -> None:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, huge)
+
+    server.servicer.StreamChannel = refuse_stream  # type: ignore[method-assign]
+    server.start()
+    program = _Program(_p4info())
+    rig = Rig(
+        _Switch(),
+        server,
+        _topology(server.addr),
+        PipelineArtifacts(program.p4info, program.device_config()),
+    )
+    try:
+        controller = rig.controller()
+        controller.start()
+        session = controller.sessions["s1"]
+        assert session.state == "backup"
+        assert session.error is not None and "go away: because because" in session.error
+        assert len(session.error) <= MESSAGE_BOUND
+    finally:
+        for controller in rig.controllers:
+            controller.stop()
+        server.stop(0)
+
+
+# --- 2. a Read has a cap -----------------------------------------------------------------
+
+
+class EndlessReplies(Sequence[bytes]):
+    """A Read reply that does not end: the same ReadResponse, again and again."""
+
+    def __init__(self, reply: p4runtime_pb2.ReadResponse) -> None:
+        self.data = reply.SerializeToString()
+        self.served = 0
+
+    def __len__(self) -> int:
+        return 10**12
+
+    def __getitem__(self, index: Any) -> Any:
+        self.served += 1
+        return self.data
+
+    def clear(self) -> None:
+        """The server drops what a client did not take."""
+
+
+def _entries_of(names: P4Names, count: int, metadata: bytes = b"") -> p4runtime_pb2.ReadResponse:
+    table = names.table("stage_class")
+    reply = p4runtime_pb2.ReadResponse()
+    for number in range(count):
+        entry = reply.entities.add().table_entry
+        entry.table_id = table.id
+        entry.match.add(field_id=1).exact.value = (number % 60000 + 1).to_bytes(2, "big")
+        entry.match.add(field_id=2).exact.value = b"\x00"
+        entry.action.action.action_id = names.action("set_class").id
+        entry.action.action.params.add(param_id=1, value=b"\x01")
+        entry.metadata = metadata
+    return reply
+
+
+def test_a_switch_that_sends_entities_without_end_is_cut_off_at_the_limit(
+    hostile: HostileRig,
+) -> None:
+    names = P4Names.build(hostile.artifacts.p4info)
+    limit_entities, _ = read_limits(names)
+    assert limit_entities == 4096  # the floor: this P4Info's tables hold 1,152 entries
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+    reply = _entries_of(names, 1000)
+    reads: list[EndlessReplies] = []
+
+    def endless(request: p4runtime_pb2.ReadRequest) -> ReadReplies:
+        reads.append(EndlessReplies(reply))
+        return reads[-1], None
+
+    hostile.misbehaviour.read = endless
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None
+    assert "the switch sent more than 4,096 entities in one Read" in session.error
+    assert "the Read was cancelled" in session.error
+    # Cancelled at the limit: the controller took five replies of 1,000 entities, the
+    # switch got to send what the connection's window held besides (100 to 160 replies
+    # of 57 KB here), not a stream of 10**12 replies until the deadline.
+    assert 5 <= reads[0].served < 1000
+    # Supervision goes on: a switch that sends what it holds is read back and written.
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+    _start_experiment(controller, 2, [50])
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_a_read_of_few_huge_entities_is_cut_off_at_the_byte_limit(hostile: HostileRig) -> None:
+    names = P4Names.build(hostile.artifacts.p4info)
+    _, limit_bytes = read_limits(names)
+    assert limit_bytes == 4096 * 1024
+    controller = hostile.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    # Three entities of 1 MiB each per reply: far fewer entities than the limit.
+    endless = EndlessReplies(_entries_of(names, 3, metadata=b"m" * (1 << 20)))
+    hostile.misbehaviour.read = lambda request: (endless, None)
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None
+    assert "the switch sent more than 4,194,304 bytes in one Read" in session.error
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+
+
+def test_a_read_reply_that_does_not_parse_puts_the_switch_in_error(hostile: HostileRig) -> None:
+    controller = hostile.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    hostile.misbehaviour.read = lambda request: ([b"\x0a\xff\xff\xff\xff\x0f"], None)
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None and "Read: a reply that does not parse" in session.error
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+
+
+def test_entities_are_counted_from_the_reply_s_bytes() -> None:
+    names = P4Names.build(_p4info())
+    for count in (0, 1, 2, 999):
+        data = _entries_of(names, count).SerializeToString()
+        assert entity_count(data) == count
+        assert entity_count(data, stop_after=1) == min(count, 1)
+    # Unknown fields are skipped, not counted; cut-off bytes count what is whole.
+    data = _entries_of(names, 3).SerializeToString()
+    assert entity_count(b"\x10\x05" + data + b"\x1a\x01x") == 3
+    assert entity_count(data[:-1]) == 2
