@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import grpc
 import numpy as np
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
@@ -123,6 +124,22 @@ def read_limits(names: P4Names) -> tuple[int, int]:
     capacity += sum(counter.size for counter in names.counters.values())
     entities = max(MIN_READ_LIMIT_ENTITIES, READ_LIMIT_FACTOR * capacity)
     return entities, entities * READ_BYTES_PER_ENTITY
+
+
+def not_primary_reason(client: P4RuntimeClient | None) -> str:
+    """Why the switch did not make ``client`` primary, as its latest arbitration update
+    said: a higher election id only when the update named another primary and an id
+    above the client's (P4Runtime 1.4 §5.3), otherwise the update's own code and text."""
+    status = client.arbitration_status if client is not None else None
+    if client is None or status is None:
+        return "the switch has not named this controller primary"
+    code, message = status
+    highest = client.primary_election_id
+    higher = highest is not None and highest > client.election_id
+    if code == grpc.StatusCode.ALREADY_EXISTS and higher:
+        return f"another controller has a higher election id than {client.election_id}"
+    said = f"{code.name}: {message}" if message else code.name
+    return f"the switch's arbitration answered {said}"
 
 
 CONNECT_TIMEOUT_S = 1.0
@@ -967,7 +984,7 @@ class Controller(EventHandler):
                     else:
                         session.installed[key] = action
         except NotPrimaryError as error:
-            self._lost_primary(session, str(error))
+            self._refused(session, error)
         except P4RuntimeError as error:
             log.warning(
                 "%s: write failed (%s); will read back and reconcile", session.spec.name, error
@@ -977,14 +994,33 @@ class Controller(EventHandler):
             self._wake.set()
         return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
 
-    def _lost_primary(self, session: SwitchSession, message: str) -> None:
-        session.state = "backup"
-        session.error = (
-            f"not primary for device {session.spec.device_id} at {session.spec.grpc_addr}: "
-            f"another controller has a higher election id than {self.config.election_id}; "
+    def _refused(self, session: SwitchSession, error: NotPrimaryError) -> None:
+        """A Write or pipeline push refused with PERMISSION_DENIED. Another controller is
+        the reason only when arbitration says so; otherwise the refusal is the switch's own
+        (a role or a permission it does not grant) and is reported as the switch said it:
+        the switch is in error and the supervisor tries again."""
+        client = session.client
+        if client is not None and not client.is_primary:
+            self._not_primary(session)
+            return
+        session.state = "error"
+        session.error = f"refused by the switch, which names this controller primary: {error}"
+        log.warning("%s: %s; will try again", session.spec.name, session.error)
+        self._wake.set()
+
+    def _not_primary(self, session: SwitchSession) -> None:
+        """Arbitration did not make this controller primary: it stays a backup, never
+        writes, and says why as the switch told it."""
+        spec = session.spec
+        error = (
+            f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
+            f"{not_primary_reason(session.client)}; "
             "this controller will not write"
         )
-        log.error("%s: %s (%s)", session.spec.name, session.error, message)
+        if (session.state, session.error) != ("backup", error):
+            log.error("%s: %s", spec.name, error)  # once, not at every round
+        session.state = "backup"
+        session.error = error
 
     # -- provisioning and recovery --
 
@@ -1045,7 +1081,7 @@ class Controller(EventHandler):
             session.error = connection.error
             return False
         if not connection.primary:
-            self._lost_primary(session, "arbitration")
+            self._not_primary(session)
             return False
         try:
             self._push_pipeline(session, client)
@@ -1057,7 +1093,7 @@ class Controller(EventHandler):
             self._sync(session)
             session.reconciles += 1
         except NotPrimaryError as error:
-            self._lost_primary(session, str(error))
+            self._refused(session, error)
             return False
         except P4RuntimeError as error:
             session.state = "error"
@@ -1206,7 +1242,7 @@ class Controller(EventHandler):
             elif need == "demoted":
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
-                        self._lost_primary(session, "another client became primary")
+                        self._not_primary(session)
         if time.monotonic() - last_counters >= self.config.counter_interval_s:
             last_counters = time.monotonic()
             self._poll()

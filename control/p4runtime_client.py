@@ -235,7 +235,11 @@ class P4RuntimeError(Exception):
 
 
 class NotPrimaryError(P4RuntimeError):
-    """This client is not the primary controller of the device (PERMISSION_DENIED)."""
+    """The switch refused an RPC with PERMISSION_DENIED. Mostly this client is not the
+    primary controller of the device, but a switch says so for other reasons too (a role
+    it does not allow to write, a permission of its own): whether arbitration made another
+    client primary is for :attr:`P4RuntimeClient.is_primary` and
+    :attr:`P4RuntimeClient.primary_election_id` to tell, not this error."""
 
 
 class ConnectionLostError(P4RuntimeError):
@@ -418,6 +422,11 @@ class P4RuntimeClient:
         self.max_read_bytes = max_read_bytes
         self.is_primary = False
         self.primary_election_id: int | None = None
+        """The election id the latest arbitration update carried: the highest the switch
+        has seen (P4Runtime 1.4 §5.3), the primary's while there is one."""
+        self.arbitration_status: tuple[grpc.StatusCode, str] | None = None
+        """Code and message of the latest arbitration update (OK: this client is primary;
+        ALREADY_EXISTS: another client is; NOT_FOUND: none is)."""
         self._channel: grpc.Channel | None = None
         self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
         self._write_bytes: grpc.UnaryUnaryMultiCallable | None = None
@@ -553,6 +562,7 @@ class P4RuntimeClient:
     def _on_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         primary = update.status.code == code_pb2.OK
         self.is_primary = primary
+        self.arbitration_status = (_code_of(update.status.code), shortened(update.status.message))
         highest: int | None = None
         if update.HasField("election_id"):
             highest = (update.election_id.high << 64) | update.election_id.low

@@ -32,8 +32,8 @@ from test_controller_p4runtime import (
 )
 
 from control.cli import MAX_ERROR_CHARS
-from control.controller import PipelineArtifacts, read_limits
-from control.p4runtime_client import P4Names, _update_errors, entity_count
+from control.controller import PipelineArtifacts, not_primary_reason, read_limits
+from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
 from softswitch.p4rt import pipeline_config
 from softswitch.p4rt.rpc import RpcContext
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -347,3 +347,85 @@ def test_entities_are_counted_from_the_reply_s_bytes() -> None:
     data = _entries_of(names, 3).SerializeToString()
     assert entity_count(b"\x10\x05" + data + b"\x1a\x01x") == 3
     assert entity_count(data[:-1]) == 2
+
+
+# --- 3. PERMISSION_DENIED says what the switch said -------------------------------------
+
+
+def test_a_permission_denied_that_is_not_about_election_ids_is_reported_as_the_switch_said(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The switch names the controller primary and still refuses its writes (a role it
+    may not write with, say): that is no higher election id."""
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        context.abort(
+            grpc.StatusCode.PERMISSION_DENIED, "role 'beamer' may not write MyIngress.stage_class"
+        )
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])
+    assert session.client is not None and session.client.is_primary
+    assert session.state == "error"
+    assert session.error is not None
+    assert "PERMISSION_DENIED" in session.error
+    assert "role 'beamer' may not write MyIngress.stage_class" in session.error
+    assert "higher election id" not in session.error
+    said = _said_about_switches(caplog)
+    assert any("role 'beamer' may not write" in line for line in said)
+    assert not any("higher election id" in line for line in said)
+    # The supervisor tries again; once the switch lets it write, it is ready.
+    hostile.misbehaviour.write = None
+    _wait_for(lambda: session.state == "ready", "the switch to take the writes")
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_a_higher_election_id_is_named_only_when_arbitration_says_so(hostile: HostileRig) -> None:
+    controller = hostile.controller(election_id=10)
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+    intruder = P4RuntimeClient(hostile.server.addr, 0, 20)
+    try:
+        assert intruder.connect() is True
+        _wait_for(lambda: session.state == "backup", "the controller to become a backup")
+        assert session.error == (
+            f"not primary for device 0 at {hostile.server.addr}: another controller has a "
+            "higher election id than 10; this controller will not write"
+        )
+    finally:
+        intruder.close()
+    _wait_for(lambda: session.state == "ready", "the controller to take the switch back")
+
+
+@dataclass
+class _Arbitrated:
+    """What :func:`not_primary_reason` reads of a client."""
+
+    arbitration_status: tuple[grpc.StatusCode, str] | None
+    primary_election_id: int | None
+    election_id: int = 10
+    is_primary: bool = False
+
+
+def test_what_arbitration_said_is_the_reason_for_not_being_primary() -> None:
+    def reason(status: tuple[grpc.StatusCode, str] | None, highest: int | None) -> str:
+        return not_primary_reason(_Arbitrated(status, highest))  # type: ignore[arg-type]
+
+    already = grpc.StatusCode.ALREADY_EXISTS
+    assert reason((already, "another client is primary"), 20) == (
+        "another controller has a higher election id than 10"
+    )
+    # A switch that names another primary without a higher id, or no primary at all.
+    assert reason((already, "another client is primary"), None) == (
+        "the switch's arbitration answered ALREADY_EXISTS: another client is primary"
+    )
+    assert reason((already, ""), 5) == "the switch's arbitration answered ALREADY_EXISTS"
+    assert reason((grpc.StatusCode.NOT_FOUND, "no primary client"), 10) == (
+        "the switch's arbitration answered NOT_FOUND: no primary client"
+    )
+    assert reason(None, None) == "the switch has not named this controller primary"
