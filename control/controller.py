@@ -573,6 +573,88 @@ class PipelineArtifacts:
 SessionState = Literal["down", "ready", "backup", "error"]
 
 
+@dataclass(slots=True)
+class Backoff:
+    """When to try bringing one switch up again: at once the first time, then after
+    ``first_s``, doubling after each failed attempt up to ``max_s``.
+
+    An attempt fails when it leaves the switch not ready, and also when the switch
+    failed again less than ``max_s`` after it became ready (a stream that breaks right
+    after each provisioning); a switch that stayed ready that long starts again from no
+    wait (:meth:`trouble`). Times are the controller's clock."""
+
+    first_s: float
+    max_s: float
+    failures: int = 0
+    next_attempt_s: float = float("-inf")
+
+    def due(self, now_s: float) -> bool:
+        return now_s >= self.next_attempt_s
+
+    def failed(self, now_s: float) -> None:
+        self.failures += 1
+        self.next_attempt_s = now_s + min(self.max_s, self.first_s * 2 ** (self.failures - 1))
+
+    def reset(self) -> None:
+        self.failures = 0
+        self.next_attempt_s = float("-inf")
+
+    def trouble(self, ready_since_s: float | None, now_s: float) -> None:
+        """The switch needs an attempt again; it was ready since ``ready_since_s``."""
+        if ready_since_s is None:
+            return
+        if now_s - ready_since_s >= self.max_s:
+            self.reset()
+        else:
+            self.failed(now_s)
+
+    def wait_s(self, now_s: float) -> float | None:
+        """Seconds until the next attempt; None when one may run now."""
+        return self.next_attempt_s - now_s if now_s < self.next_attempt_s else None
+
+
+@dataclass(slots=True)
+class _Said:
+    at_s: float
+    repeats: int = 0
+
+
+class QuietLog:
+    """Lines about switches, each logged at most once per ``interval_s``: said again
+    sooner, a line is only counted, and the count is logged with it the next time. A
+    switch that keeps failing the same way does not flood the log; its status shows
+    each state as it comes."""
+
+    MAX_LINES = 256
+    """Lines remembered; past this, those older than the interval are forgotten."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float]) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._said: dict[tuple[str, str], _Said] = {}
+        self._lock = threading.Lock()
+
+    def log(self, level: int, switch: str, message: str) -> None:
+        now_s = self.clock()
+        key = (switch, message)
+        with self._lock:
+            said = self._said.get(key)
+            if said is not None and now_s - said.at_s < self.interval_s:
+                said.repeats += 1
+                return
+            if said is not None and said.repeats:
+                message += (
+                    f" (and {said.repeats} more time{'s' if said.repeats > 1 else ''} "
+                    f"in the {now_s - said.at_s:.0f} s before)"
+                )
+            self._said[key] = _Said(now_s)
+            if len(self._said) > self.MAX_LINES:
+                self._said = {
+                    k: v for k, v in self._said.items() if now_s - v.at_s < self.interval_s
+                }
+        log.log(level, "%s: %s", switch, message)
+
+
 @dataclass(frozen=True, slots=True)
 class _Connection:
     """Outcome of connecting to one switch: a client (None if unreachable), whether it
@@ -599,6 +681,9 @@ class SwitchSession:
     """How many times the pipeline was pushed (1 normally; +1 per switch restart)."""
     reconciles: int = 0
     counter_bytes: dict[StageKey, int] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 10.0))
+    ready_since_s: float | None = None
+    """When the switch last became ready (controller clock); None while it is not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +700,11 @@ class ControllerConfig:
     rpc_timeout_s: float = 5.0
     journal_path: Path | None = None
     """Where accepted events are kept for a restart; ``None``: not kept."""
+    retry_max_s: float = 10.0
+    """The longest wait between two attempts to bring a failing switch up (see
+    :class:`Backoff`); the first wait is ``supervise_interval_s``."""
+    repeat_log_interval_s: float = 60.0
+    """A line about a switch is logged at most once in this time (see :class:`QuietLog`)."""
 
 
 PHASES = ("snapshot", "rank", "plan", "diff", "encode", "rpc")
@@ -704,8 +794,15 @@ class Controller(EventHandler):
                     f"{class_bits.bitwidth}-bit class parameter"
                 )
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
-            self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
+            self.sessions[spec.name] = SwitchSession(
+                spec,
+                artifacts,
+                names,
+                forwarding,
+                backoff=Backoff(config.supervise_interval_s, config.retry_max_s),
+            )
         self._class_entries = ClassEntries(self.layout)
+        self._quiet = QuietLog(config.repeat_log_interval_s, clock)
         self._writers = ThreadPoolExecutor(
             max_workers=max(1, len(self.sessions)), thread_name_prefix="writer"
         )
@@ -745,6 +842,7 @@ class Controller(EventHandler):
                 connection = self._connect(session)
                 with self._schedule_lock:
                     self._provision(session, connection)
+                    self._attempted(session)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
 
@@ -986,9 +1084,7 @@ class Controller(EventHandler):
         except NotPrimaryError as error:
             self._refused(session, error)
         except P4RuntimeError as error:
-            log.warning(
-                "%s: write failed (%s); will read back and reconcile", session.spec.name, error
-            )
+            self._say(session, logging.WARNING, f"write failed ({error}); will read back")
             session.state = "error"
             session.error = str(error)
             self._wake.set()
@@ -1005,7 +1101,7 @@ class Controller(EventHandler):
             return
         session.state = "error"
         session.error = f"refused by the switch, which names this controller primary: {error}"
-        log.warning("%s: %s; will try again", session.spec.name, session.error)
+        self._say(session, logging.WARNING, f"{session.error}; will try again")
         self._wake.set()
 
     def _not_primary(self, session: SwitchSession) -> None:
@@ -1018,9 +1114,13 @@ class Controller(EventHandler):
             "this controller will not write"
         )
         if (session.state, session.error) != ("backup", error):
-            log.error("%s: %s", spec.name, error)  # once, not at every round
+            self._say(session, logging.ERROR, error)  # not at every round
         session.state = "backup"
         session.error = error
+
+    def _say(self, session: SwitchSession, level: int, message: str) -> None:
+        """Log a line about a switch, once per ``repeat_log_interval_s`` (:class:`QuietLog`)."""
+        self._quiet.log(level, session.spec.name, message)
 
     # -- provisioning and recovery --
 
@@ -1072,7 +1172,7 @@ class Controller(EventHandler):
                 f"{connection.error}; this controller will not write"
             )
             if (session.state, session.error) != ("backup", error):
-                log.error("%s: %s", spec.name, error)  # once, not at every retry
+                self._say(session, logging.ERROR, error)  # not at every retry
             session.state = "backup"
             session.error = error
             return False
@@ -1092,18 +1192,20 @@ class Controller(EventHandler):
             session.error = None
             self._sync(session)
             session.reconciles += 1
+            if session.state == "ready":
+                session.ready_since_s = self.clock()
         except NotPrimaryError as error:
             self._refused(session, error)
             return False
         except P4RuntimeError as error:
             session.state = "error"
             session.error = str(error)
-            log.warning("%s: provisioning failed: %s", spec.name, error)
+            self._say(session, logging.WARNING, f"provisioning failed: {error}")
             return False
         except UNREADABLE_ENTRY as error:
             session.state = "error"
             session.error = unreadable_entry(error)
-            log.warning("%s: provisioning failed: %s", spec.name, session.error)
+            self._say(session, logging.WARNING, f"provisioning failed: {session.error}")
             return False
         return session.state == "ready"
 
@@ -1131,16 +1233,16 @@ class Controller(EventHandler):
             except NotPrimaryError:
                 raise
             except P4RuntimeError as error:
-                log.info(
-                    "%s: cannot reconcile (%s); replacing the pipeline", session.spec.name, error
+                self._say(
+                    session, logging.INFO, f"cannot reconcile ({error}); replacing the pipeline"
                 )
             else:
                 session.provisions += 1
-                log.info("%s: pipeline reconciled, forwarding state kept", session.spec.name)
+                self._say(session, logging.INFO, "pipeline reconciled, forwarding state kept")
                 return
         client.set_pipeline(artifacts.p4info, artifacts.device_config, cookie=artifacts.cookie)
         session.provisions += 1
-        log.info("%s: pipeline pushed", session.spec.name)
+        self._say(session, logging.INFO, "pipeline pushed")
 
     def _point_acks_at_top_class(self, session: SwitchSession, client: P4RuntimeClient) -> None:
         """Class payload-less TCP segments into the top class of the switch's queues.
@@ -1215,9 +1317,14 @@ class Controller(EventHandler):
         with self._schedule_lock:
             todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
         for session, need in todo:
+            if need in ("reconnect", "reprovision"):
+                now_s = self.clock()
+                with self._schedule_lock:
+                    session.backoff.trouble(session.ready_since_s, now_s)
+                    session.ready_since_s = None
             if need == "reconnect":
                 if session.state == "ready":
-                    log.warning("%s: connection lost; reconnecting", session.spec.name)
+                    self._say(session, logging.WARNING, "connection lost; reconnecting")
                 with self._schedule_lock:
                     # Its stream is gone. Detached under the lock, so no event writes
                     # through it while it closes (the switch waits in pending_switches);
@@ -1228,17 +1335,23 @@ class Controller(EventHandler):
                         session.error = "connection lost; reconnecting"
                 if stale is not None:
                     suppress_close_errors(stale)
+                if not session.backoff.due(now_s):
+                    continue
                 connection = self._connect(session)
                 with self._schedule_lock:
                     self._provision(session, connection)
+                    self._attempted(session)
             elif need == "reprovision":
                 # Our stream is alive and primary: provision over it. A second stream
                 # with our election id would be refused, and closing this one would
                 # leave the switch without a primary.
+                if not session.backoff.due(now_s):
+                    continue
                 with self._schedule_lock:
                     client = session.client
                     if client is not None and client.connected and client.is_primary:
                         self._provision(session, _Connection(client, True, None))
+                        self._attempted(session)
             elif need == "demoted":
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
@@ -1247,6 +1360,14 @@ class Controller(EventHandler):
             last_counters = time.monotonic()
             self._poll()
         return last_counters
+
+    def _attempted(self, session: SwitchSession) -> None:
+        """After an attempt to bring ``session`` up: one that left it neither ready nor a
+        backup on a live stream (which waits for the switch to name it primary, and tries
+        nothing meanwhile) makes the next attempt wait longer."""
+        if session.state == "ready" or (session.state == "backup" and session.client is not None):
+            return
+        session.backoff.failed(self.clock())
 
     @staticmethod
     def _needs_provisioning(session: SwitchSession) -> str | None:
@@ -1288,7 +1409,7 @@ class Controller(EventHandler):
         with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:
                 if not pipeline_ok:
-                    log.warning("%s: pipeline gone; re-provisioning", session.spec.name)
+                    self._say(session, logging.WARNING, "pipeline gone; re-provisioning")
                     self._provision(session)
                     continue
                 if failure is not None:
@@ -1331,6 +1452,7 @@ class Controller(EventHandler):
     # -- status --
 
     def status(self) -> dict[str, Any]:
+        now_s = self.clock()
         with self._schedule_lock:
             classes = dict(self.ranked)
             return {
@@ -1370,6 +1492,9 @@ class Controller(EventHandler):
                         "state": s.state,
                         "error": s.error,
                         "provisions": s.provisions,
+                        "retry_in_s": (
+                            None if s.state == "ready" else _rounded(s.backoff.wait_s(now_s))
+                        ),
                         "election_id": s.client.election_id if s.client is not None else None,
                         "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),
                     }
@@ -1377,6 +1502,10 @@ class Controller(EventHandler):
                 ],
                 "classes": classes_summary(classes),
             }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def classes_summary(classes: Mapping[CoflowKey, int]) -> dict[str, int]:

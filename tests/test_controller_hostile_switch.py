@@ -10,12 +10,14 @@ does (:class:`Misbehaviour`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import pytest
+from controller_helpers import SmallestFirst, one_class_per_rank
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
@@ -32,7 +34,16 @@ from test_controller_p4runtime import (
 )
 
 from control.cli import MAX_ERROR_CHARS
-from control.controller import PipelineArtifacts, not_primary_reason, read_limits
+from control.controller import (
+    Controller,
+    ControllerConfig,
+    PipelineArtifacts,
+    SwitchSession,
+    _Connection,
+    not_primary_reason,
+    read_limits,
+)
+from control.controller_cli import format_status
 from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
 from softswitch.p4rt import pipeline_config
 from softswitch.p4rt.rpc import RpcContext
@@ -429,3 +440,142 @@ def test_what_arbitration_said_is_the_reason_for_not_being_primary() -> None:
         "the switch's arbitration answered NOT_FOUND: no primary client"
     )
     assert reason(None, None) == "the switch has not named this controller primary"
+
+
+# --- 4. reconnection backs off, and a repeated line is logged once ----------------------
+
+
+@dataclass
+class FakeClock:
+    """The controller's clock, moved by the test only."""
+
+    now_s: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _clocked_controller(rig: Rig, clock: FakeClock) -> Controller:
+    """A controller on ``clock`` whose supervision runs only when the test calls
+    :func:`_supervise` (it is not started); first wait 0.5 s, at most 8 s."""
+    config = ControllerConfig(
+        topology=rig.topology,
+        artifacts={"embedded": rig.artifacts},
+        policy_name="smallest-first",
+        election_id=10,
+        supervise_interval_s=0.5,
+        counter_interval_s=3600.0,
+        rpc_timeout_s=2.0,
+        retry_max_s=8.0,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank, clock=clock)
+    rig.controllers.append(controller)
+    return controller
+
+
+def _supervise(controller: Controller) -> None:
+    """One supervision round, at once (no wait for the interval)."""
+    controller._wake.set()
+    controller._supervise_once(time.monotonic())
+
+
+def test_an_unreachable_switch_is_tried_at_doubling_intervals_up_to_a_cap(
+    hostile: HostileRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    controller = _clocked_controller(hostile, clock)
+    session = controller.sessions["s1"]
+    attempts: list[float] = []
+    connect = controller._connect
+
+    def unreachable(session: SwitchSession) -> _Connection:
+        attempts.append(clock.now_s - 1000.0)
+        return _Connection(
+            None, False, f"UNAVAILABLE: no P4Runtime server at {hostile.server.addr}"
+        )
+
+    monkeypatch.setattr(controller, "_connect", unreachable)
+    # A round every 0.1 s for 40 s: 400 rounds, an attempt at each before.
+    for tenth in range(401):
+        clock.now_s = 1000.0 + tenth / 10
+        _supervise(controller)
+    assert attempts == pytest.approx([0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 23.5, 31.5, 39.5])
+    assert session.state == "down"
+    assert session.error == f"UNAVAILABLE: no P4Runtime server at {hostile.server.addr}"
+    switch = controller.status()["switches"][0]
+    assert switch["state"] == "down" and switch["retry_in_s"] == pytest.approx(7.5)
+    # Reachable again: the next attempt due brings it up.
+    monkeypatch.setattr(controller, "_connect", connect)
+    clock.now_s += 7.4
+    _supervise(controller)
+    assert session.state == "down"
+    clock.now_s += 0.1
+    _supervise(controller)
+    assert session.state == "ready"
+    assert controller.status()["switches"][0]["retry_in_s"] is None
+
+
+def test_a_stream_that_breaks_after_each_provisioning_backs_off_and_is_logged_once(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The switch takes the arbitration and the writes, then the stream breaks, again and
+    again: it used to be reconnected at once each time, and "connection lost;
+    reconnecting" logged each time, about five times a second."""
+    caplog.set_level(logging.INFO, logger="control.controller")
+    clock = FakeClock()
+    controller = _clocked_controller(hostile, clock)
+    session = controller.sessions["s1"]
+    _supervise(controller)
+    assert session.state == "ready"
+
+    def break_stream() -> None:
+        client = session.client
+        assert client is not None
+        hostile.restart_switch()
+        _wait_for(lambda: not client.connected, "the stream to break")
+
+    def lost_lines() -> list[str]:
+        return [line for line in _said_about_switches(caplog) if "connection lost" in line]
+
+    for cycle, wait_s in enumerate([0.5, 1.0, 2.0, 4.0, 8.0, 8.0], start=1):
+        clock.now_s += 1.0  # ready for a second only: no sign of a healthy switch
+        break_stream()
+        _supervise(controller)
+        # Seen at once, and the status says so; the attempt waits.
+        assert session.state == "down"
+        assert session.error == "connection lost; reconnecting"
+        assert controller.status()["switches"][0]["retry_in_s"] == pytest.approx(wait_s)
+        clock.now_s += wait_s - 0.01
+        _supervise(controller)
+        assert session.state == "down"
+        clock.now_s += 0.01
+        _supervise(controller)
+        assert session.state == "ready", f"cycle {cycle}"
+        assert session.provisions == cycle + 1
+    assert lost_lines() == ["s1: connection lost; reconnecting"]  # once, not six times
+    # Healthy for as long as the longest wait: the next loss is retried at once, and the
+    # line is logged again with the count of the times it was not.
+    clock.now_s += 60.0
+    break_stream()
+    _supervise(controller)
+    assert session.state == "ready"
+    assert lost_lines()[1:] == [
+        "s1: connection lost; reconnecting (and 5 more times in the 88 s before)"
+    ]
+
+
+def test_the_status_text_says_when_the_next_attempt_is() -> None:
+    switch = {"name": "s1", "address": "127.0.0.1:9559", "state": "down", "entries": []}
+    status = {
+        "policy": "beamer",
+        "queues": 8,
+        "election_id": 1,
+        "events_applied": 0,
+        "switches": [{**switch, "error": "connection lost; reconnecting", "retry_in_s": 3.96}],
+        "order": [],
+        "stages": [],
+    }
+    assert (
+        "s1       127.0.0.1:9559         down  (connection lost; reconnecting)  "
+        "next attempt in 4.0 s"
+    ) in format_status(status)
