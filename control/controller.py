@@ -11,12 +11,15 @@ acknowledged its writes, so "event in → reply" is the reaction time.
 A supervisor thread keeps the switches in shape: it reconnects a switch whose
 stream broke (restart), re-pushes the pipeline when the switch lost it, reads
 the tables back and writes only what differs, and polls the stage counters
-that non-clairvoyant policies use as progress. A controller that restarts does
-the same on its first connection, so it neither duplicates nor leaves stale
-entries. A controller whose election id loses arbitration never writes and
-says so in its status and log; when the client that beat it leaves, it
-arbitrates again with the highest id the switch has seen and takes the switch
-back (docs/p4runtime.md, "Who may write").
+that non-clairvoyant policies use as progress. A switch it brings up is not
+ready meanwhile, so events are not written to it, and its RPCs run outside
+the lock: a slow switch holds up neither the others nor the status. It
+becomes ready under the lock once its writes have caught up with the plan. A
+controller that restarts does the same on its first connection, so it neither
+duplicates nor leaves stale entries. A controller whose election id loses
+arbitration never writes and says so in its status and log; when the client
+that beat it leaves, it arbitrates again with the highest id the switch has
+seen and takes the switch back (docs/p4runtime.md, "Who may write").
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from p4.v1 import p4runtime_pb2
 from control.cli import shortened
 from control.entries import (
     ActionCall,
+    Changes,
     ClassEntries,
     ClassPlan,
     EntryMap,
@@ -141,6 +145,10 @@ def not_primary_reason(client: P4RuntimeClient | None) -> str:
     said = f"{code.name}: {message}" if message else code.name
     return f"the switch's arbitration answered {said}"
 
+
+CATCH_UP_ROUNDS = 3
+"""Rounds of writes outside the schedule lock that bring a switch being provisioned up
+to the plan before the last difference is written under it (see ``_catch_up``)."""
 
 CONNECT_TIMEOUT_S = 1.0
 """How long one reconnection attempt waits for a switch's gRPC server."""
@@ -751,8 +759,9 @@ class Controller(EventHandler):
         self.state = ScheduleState(len(topology.hosts), capacities + capacities)
         # Two locks, always taken in this order when both are needed:
         # ``_schedule_lock`` guards the plan, the sessions and what they hold (one
-        # reschedule or provisioning at a time); ``_lock`` guards the schedule state
-        # and is held only briefly, so events are applied while a reschedule runs.
+        # reschedule at a time; a switch being provisioned takes it only briefly, see
+        # ``_provision``); ``_lock`` guards the schedule state and is held only
+        # briefly, so events are applied while a reschedule runs.
         self._schedule_lock = threading.RLock()
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -839,9 +848,8 @@ class Controller(EventHandler):
         keep supervising them in the background."""
         if wait:
             for session in self.sessions.values():
-                connection = self._connect(session)
+                self._provision(session, self._connect(session))
                 with self._schedule_lock:
-                    self._provision(session, connection)
                     self._attempted(session)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
@@ -1052,43 +1060,61 @@ class Controller(EventHandler):
 
     def _sync(self, session: SwitchSession) -> tuple[int, int, int, int]:
         """Write the difference between desired and installed; on failure, mark the switch
-        for reconciliation (read back, then diff again) by the supervisor."""
+        for reconciliation (read back, then diff again) by the supervisor. Runs under the
+        schedule lock, on a ready switch."""
         started = time.perf_counter()
         changes = diff(self.desired(session), session.installed)
         self.phase_s["diff"] += time.perf_counter() - started
         if changes.empty:
             return 0, 0, 0, 0
+        client = session.client
+        assert client is not None
+        rpcs, failure = self._write_changes(session, client, changes, session.installed)
+        if isinstance(failure, NotPrimaryError):
+            self._refused(session, failure)
+        elif failure is not None:
+            self._say(session, logging.WARNING, f"write failed ({failure}); will read back")
+            session.state = "error"
+            session.error = str(failure)
+            self._wake.set()
+        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
+
+    def _write_changes(
+        self,
+        session: SwitchSession,
+        client: P4RuntimeClient,
+        changes: Changes,
+        installed: EntryMap,
+        phases: bool = True,
+    ) -> tuple[int, P4RuntimeError | None]:
+        """Write ``changes`` make-before-break (:func:`plan_writes`), updating ``installed``
+        after each acknowledged step; the RPCs sent and the failure that ended them, if
+        any. ``phases``: count the time in :attr:`phase_s` (an event's writes)."""
         names = session.names
         table_size = {t.name: t.size for t in names.tables.values() if t.size}
         installed_count: dict[str, int] = {}
-        for key in session.installed:
+        for key in installed:
             installed_count[key.table] = installed_count.get(key.table, 0) + 1
         rpcs = 0
-        client = session.client
-        assert client is not None
         try:
             for step in plan_writes(changes, installed_count, table_size):
                 encode_start = time.perf_counter()
                 rpc_batches = batches(step, names)
                 rpc_start = time.perf_counter()
-                self.phase_s["encode"] += rpc_start - encode_start
                 for batch in rpc_batches:
                     client.write(batch)
                     rpcs += 1
-                self.phase_s["rpc"] += time.perf_counter() - rpc_start
+                if phases:
+                    self.phase_s["encode"] += rpc_start - encode_start
+                    self.phase_s["rpc"] += time.perf_counter() - rpc_start
                 for kind, key, action in step.updates:
                     if kind == p4runtime_pb2.Update.DELETE:
-                        session.installed.pop(key, None)
+                        installed.pop(key, None)
                     else:
-                        session.installed[key] = action
-        except NotPrimaryError as error:
-            self._refused(session, error)
+                        installed[key] = action
         except P4RuntimeError as error:
-            self._say(session, logging.WARNING, f"write failed ({error}); will read back")
-            session.state = "error"
-            session.error = str(error)
-            self._wake.set()
-        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
+            return rpcs, error
+        return rpcs, None
 
     def _refused(self, session: SwitchSession, error: NotPrimaryError) -> None:
         """A Write or pipeline push refused with PERMISSION_DENIED. Another controller is
@@ -1152,62 +1178,97 @@ class Controller(EventHandler):
             return _Connection(None, False, str(error))
         return _Connection(client, primary, None)
 
-    def _provision(self, session: SwitchSession, connection: _Connection | None = None) -> bool:
+    def _provision(self, session: SwitchSession, connection: _Connection) -> None:
         """Win arbitration, push the pipeline if the switch lacks ours, read the tables
-        back and write only the difference. Returns whether the switch is ready. Runs
-        under the controller's lock; ``connection`` is a fresh :meth:`_connect` result
-        (made here when not given)."""
+        back and write only the difference (:meth:`_catch_up`); ``connection`` is a fresh
+        :meth:`_connect` result, or the stream the session holds.
+
+        Called without the schedule lock, by the one thread that brings switches up
+        (:meth:`start`, then the supervisor), on a switch that is not ready: events and
+        polls leave such a switch alone (it is in ``pending_switches``), so its RPCs,
+        however slow, hold up neither events for the other switches nor the status. The
+        lock is taken for what the switches share (the session's client and state, the
+        plan) and to make the switch ready."""
         spec = session.spec
-        if connection is None:
-            connection = self._connect(session)
         client = connection.client
-        if session.client is not None and session.client is not client:
-            suppress_close_errors(session.client)
-        session.client = client
-        if client is None and connection.refused:
-            # The switch is up and said no (another controller holds our election id):
-            # this controller stays off it, and asks again while it runs.
-            error = (
-                f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
-                f"{connection.error}; this controller will not write"
-            )
-            if (session.state, session.error) != ("backup", error):
-                self._say(session, logging.ERROR, error)  # not at every retry
-            session.state = "backup"
-            session.error = error
-            return False
-        if client is None:
-            session.state = "down"
-            session.error = connection.error
-            return False
-        if not connection.primary:
-            self._not_primary(session)
-            return False
+        with self._schedule_lock:
+            stale = session.client if session.client is not client else None
+            session.client = client
+        if stale is not None:
+            suppress_close_errors(stale)  # may wait for its reader: not under the lock
+        with self._schedule_lock:
+            if client is None and connection.refused:
+                # The switch is up and said no (another controller holds our election id):
+                # this controller stays off it, and asks again while it runs.
+                error = (
+                    f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
+                    f"{connection.error}; this controller will not write"
+                )
+                if (session.state, session.error) != ("backup", error):
+                    self._say(session, logging.ERROR, error)  # not at every retry
+                session.state = "backup"
+                session.error = error
+                return
+            if client is None:
+                session.state = "down"
+                session.error = connection.error
+                return
+            if not connection.primary:
+                self._not_primary(session)
+                return
+            assert session.state != "ready", "provisioning a switch events write to"
         try:
             self._push_pipeline(session, client)
             self._point_acks_at_top_class(session, client)
-            self._read_back(session)
-            self._adopt_installed_classes(session)
-            session.state = "ready"
-            session.error = None
-            self._sync(session)
-            session.reconciles += 1
-            if session.state == "ready":
-                session.ready_since_s = self.clock()
+            installed = self._read_back(session, client)
+            with self._schedule_lock:
+                session.installed = installed
+                self._adopt_installed_classes(session)
+            self._catch_up(session, client)
         except NotPrimaryError as error:
-            self._refused(session, error)
-            return False
+            with self._schedule_lock:
+                self._refused(session, error)
         except P4RuntimeError as error:
-            session.state = "error"
-            session.error = str(error)
+            with self._schedule_lock:
+                session.state = "error"
+                session.error = str(error)
             self._say(session, logging.WARNING, f"provisioning failed: {error}")
-            return False
         except UNREADABLE_ENTRY as error:
-            session.state = "error"
-            session.error = unreadable_entry(error)
+            with self._schedule_lock:
+                session.state = "error"
+                session.error = unreadable_entry(error)
             self._say(session, logging.WARNING, f"provisioning failed: {session.error}")
-            return False
-        return session.state == "ready"
+
+    def _catch_up(self, session: SwitchSession, client: P4RuntimeClient) -> None:
+        """Write what the switch lacks of the plan, then make it ready.
+
+        The writes run outside the schedule lock, on a copy of what the switch holds;
+        events meanwhile change the plan, so the difference is taken again under the
+        lock: when nothing is left, the switch is made ready there, and from then on
+        events write to it. After CATCH_UP_ROUNDS rounds (events kept changing the plan)
+        the last difference is written under the lock, as an event's writes are. So one
+        switch's writes never overlap and are sent in the order they were planned."""
+        for round_number in range(CATCH_UP_ROUNDS):
+            with self._schedule_lock:
+                if self._stopping.is_set():
+                    return
+                changes = diff(self.desired(session), session.installed)
+                if changes.empty or round_number == CATCH_UP_ROUNDS - 1:
+                    session.state = "ready"
+                    session.error = None
+                    session.reconciles += 1
+                    self._sync(session)
+                    if session.state == "ready":
+                        session.ready_since_s = self.clock()
+                    return
+                installed = dict(session.installed)
+            try:
+                _, failure = self._write_changes(session, client, changes, installed, False)
+            finally:
+                with self._schedule_lock:
+                    session.installed = installed
+            if failure is not None:
+                raise failure
 
     def _push_pipeline(self, session: SwitchSession, client: P4RuntimeClient) -> None:
         """Make the switch run our pipeline, keeping its table state where it can.
@@ -1263,18 +1324,17 @@ class Controller(EventHandler):
             return  # already so: a restarted controller writes nothing
         client.write([update])
 
-    def _read_back(self, session: SwitchSession) -> None:
-        """Replace what we believe is installed by what the switch says it holds."""
-        assert session.client is not None
+    def _read_back(self, session: SwitchSession, client: P4RuntimeClient) -> EntryMap:
+        """What the switch says it holds of the tables this controller manages."""
         managed = self._managed_tables(session)
         installed: EntryMap = {}
-        for entry in session.client.read_table(0):
+        for entry in client.read_table(0):
             if entry.is_default_action or session.names.tables_by_id.get(entry.table_id) is None:
                 continue
             key, action = from_table_entry(entry, session.names)
             if key.table in managed:
                 installed[key] = action
-        session.installed = installed
+        return installed
 
     def _adopt_installed_classes(self, session: SwitchSession) -> None:
         """On this controller's first read-back, take the class numbers the switch holds
@@ -1337,9 +1397,8 @@ class Controller(EventHandler):
                     suppress_close_errors(stale)
                 if not session.backoff.due(now_s):
                     continue
-                connection = self._connect(session)
+                self._provision(session, self._connect(session))
                 with self._schedule_lock:
-                    self._provision(session, connection)
                     self._attempted(session)
             elif need == "reprovision":
                 # Our stream is alive and primary: provision over it. A second stream
@@ -1347,10 +1406,10 @@ class Controller(EventHandler):
                 # leave the switch without a primary.
                 if not session.backoff.due(now_s):
                     continue
-                with self._schedule_lock:
-                    client = session.client
-                    if client is not None and client.connected and client.is_primary:
-                        self._provision(session, _Connection(client, True, None))
+                client = session.client
+                if client is not None and client.connected and client.is_primary:
+                    self._provision(session, _Connection(client, True, None))
+                    with self._schedule_lock:
                         self._attempted(session)
             elif need == "demoted":
                 with self._schedule_lock:
@@ -1409,8 +1468,11 @@ class Controller(EventHandler):
         with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:
                 if not pipeline_ok:
+                    # Provisioned again by the supervisor, over the stream it holds.
                     self._say(session, logging.WARNING, "pipeline gone; re-provisioning")
-                    self._provision(session)
+                    session.state = "error"
+                    session.error = "the switch lost this controller's pipeline; re-provisioning"
+                    self._wake.set()
                     continue
                 if failure is not None:
                     session.state = "error"

@@ -10,6 +10,7 @@ does (:class:`Misbehaviour`).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,9 @@ from control.controller import (
     read_limits,
 )
 from control.controller_cli import format_status
+from control.entries import from_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
+from control.topology import parse_topology
 from softswitch.p4rt import pipeline_config
 from softswitch.p4rt.rpc import RpcContext
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -62,10 +65,12 @@ ReadReplies = tuple[Sequence[bytes], status_pb2.Status | None]
 class Misbehaviour:
     """What the switch does instead of its job, per RPC (None: its job).
 
-    ``write`` runs before each Write and may end it (``context.abort``); ``read`` gives
-    the replies of a Read in place of the switch's own."""
+    ``write`` runs before each Write and may end it (``context.abort``) or take its time;
+    ``before_read`` runs before each Read (and may take its time); ``read`` gives the
+    replies of a Read in place of the switch's own."""
 
     write: Callable[[p4runtime_pb2.WriteRequest, RpcContext], None] | None = None
+    before_read: Callable[[], None] | None = None
     read: Callable[[p4runtime_pb2.ReadRequest], ReadReplies] | None = None
 
 
@@ -82,6 +87,8 @@ def misbehave(server: P4RuntimeServer, misbehaviour: Misbehaviour) -> None:
         return write(request, context)
 
     def hostile_read(request: p4runtime_pb2.ReadRequest, context: RpcContext) -> ReadReplies:
+        if misbehaviour.before_read is not None:
+            misbehaviour.before_read()
         if misbehaviour.read is not None:
             return misbehaviour.read(request)
         return read_replies(request, context)
@@ -579,3 +586,179 @@ def test_the_status_text_says_when_the_next_attempt_is() -> None:
         "s1       127.0.0.1:9559         down  (connection lost; reconnecting)  "
         "next attempt in 4.0 s"
     ) in format_status(status)
+
+
+# --- 5. a slow switch's provisioning does not hold up the others ------------------------
+
+
+@dataclass
+class Stall:
+    """An RPC that takes its time: it waits until the test releases it (within the
+    controller's RPC timeout), or STALL_S at most."""
+
+    inside: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    over: threading.Event = field(default_factory=threading.Event)
+    once: bool = True
+
+    def __call__(self, *args: Any) -> None:
+        if self.once and self.inside.is_set():
+            return
+        self.inside.set()
+        self.release.wait(STALL_S)
+        self.over.set()
+
+
+STALL_S = 20.0
+
+
+@dataclass
+class TwoSwitches:
+    """s1 and s2 in a line (h1 - s1 - s2 - h2); s2 misbehaves as ``s2_misbehaviour``
+    says, from its restart on."""
+
+    servers: list[P4RuntimeServer]
+    artifacts: PipelineArtifacts
+    controller: Controller
+    s2_misbehaviour: Misbehaviour
+    stalls: list[Stall] = field(default_factory=list)
+
+    def stall(self) -> Stall:
+        """A :class:`Stall`, released at the end of the test whatever happens."""
+        self.stalls.append(Stall())
+        return self.stalls[-1]
+
+    def restart_s2(self) -> None:
+        self.servers[1].stop(0)
+        self.servers[1] = P4RuntimeServer(_Switch(), 0, self.servers[1].addr)
+        misbehave(self.servers[1], self.s2_misbehaviour)
+        self.servers[1].start()
+
+    def class_entries(self, index: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        names = P4Names.build(self.artifacts.p4info)
+        client = P4RuntimeClient(self.servers[index].addr, 0).read_only()
+        try:
+            read = client.read_table(0)
+        finally:
+            client.close()
+        return _class_entries(
+            dict(from_table_entry(e, names) for e in read if not e.is_default_action)
+        )
+
+
+@pytest.fixture
+def two_switches(monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoSwitches]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    program = _Program(_p4info())
+    artifacts = PipelineArtifacts(program.p4info, program.device_config())
+    servers = [P4RuntimeServer(_Switch(), 0, "127.0.0.1:0") for _ in range(2)]
+    for server in servers:
+        server.start()
+    topology = parse_topology(
+        {
+            "name": "line",
+            "switches": [
+                {"name": f"s{i + 1}", "device_id": 0, "grpc_addr": server.addr}
+                for i, server in enumerate(servers)
+            ],
+            "hosts": [
+                {"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"},
+                {"name": "h2", "ip": "10.0.0.2", "mac": "02:00:00:00:00:02"},
+            ],
+            "links": [
+                {"node1": "h1", "node2": "s1", "port2": 1},
+                {"node1": "s1", "port1": 2, "node2": "s2", "port2": 2},
+                {"node1": "h2", "node2": "s2", "port2": 1},
+            ],
+        }
+    )
+    config = ControllerConfig(
+        topology=topology,
+        artifacts={"embedded": artifacts},
+        policy_name="smallest-first",
+        supervise_interval_s=0.05,
+        # Longer than any stall: the slow switch answers inside the timeout.
+        rpc_timeout_s=STALL_S + 10.0,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank)
+    rig = TwoSwitches(servers, artifacts, controller, Misbehaviour())
+    try:
+        yield rig
+    finally:
+        for stall in rig.stalls:
+            stall.release.set()
+        controller.stop()
+        for server in rig.servers:
+            server.stop(0)
+
+
+def test_a_slow_switch_being_provisioned_holds_up_neither_events_nor_status(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2 restarts and answers its provisioning's Read only when released: meanwhile
+    events are written to s1 and the status answers. Provisioning used to run under the
+    lock every event and the status take, so both waited for s2."""
+    controller = two_switches.controller
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    stall = two_switches.stall()
+    two_switches.s2_misbehaviour.before_read = stall
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not reach its Read"
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    )
+    _start_experiment(controller, 2, [50])
+    status = controller.status()
+    assert not stall.over.is_set(), "the events waited for the slow switch"
+    assert reply["pending_switches"] == ["s2"]
+    assert [s["state"] for s in status["switches"]] == ["ready", "down"]
+    expected = {("stage_class", (1, 0)): 6, ("stage_class", (2, 0)): 7}
+    assert two_switches.class_entries(0) == expected
+    # Released, s2 is brought to the plan as it is now, events of the meantime included.
+    stall.release.set()
+    session = controller.sessions["s2"]
+    _wait_for(lambda: session.state == "ready", "s2 provisioned")
+    assert two_switches.class_entries(1) == expected
+    assert _class_entries(session.installed) == expected
+
+
+def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2's first catch-up Write takes its time; an event changes the plan meanwhile.
+    Nothing else is written to s2 while that Write is out, and s2 ends with the plan
+    after the event."""
+    controller = two_switches.controller
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    stall = two_switches.stall()
+    in_flight = [0]
+    most_in_flight = [0]
+    lock = threading.Lock()
+
+    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        with lock:
+            in_flight[0] += 1
+            most_in_flight[0] = max(most_in_flight[0], in_flight[0])
+        try:
+            stall()
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    two_switches.s2_misbehaviour.write = slow_write
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not write"
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    )
+    assert not stall.over.is_set(), "the event waited for the slow switch"
+    assert reply["pending_switches"] == ["s2"]
+    stall.release.set()
+    session = controller.sessions["s2"]
+    _wait_for(lambda: session.state == "ready", "s2 provisioned")
+    assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
+    assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
+    assert most_in_flight[0] == 1
