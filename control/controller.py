@@ -11,12 +11,15 @@ acknowledged its writes, so "event in → reply" is the reaction time.
 A supervisor thread keeps the switches in shape: it reconnects a switch whose
 stream broke (restart), re-pushes the pipeline when the switch lost it, reads
 the tables back and writes only what differs, and polls the stage counters
-that non-clairvoyant policies use as progress. A controller that restarts does
-the same on its first connection, so it neither duplicates nor leaves stale
-entries. A controller whose election id loses arbitration never writes and
-says so in its status and log; when the client that beat it leaves, it
-arbitrates again with the highest id the switch has seen and takes the switch
-back (docs/p4runtime.md, "Who may write").
+that non-clairvoyant policies use as progress. A switch it brings up is not
+ready meanwhile, so events are not written to it, and its RPCs run outside
+the lock: a slow switch holds up neither the others nor the status. It
+becomes ready under the lock once its writes have caught up with the plan. A
+controller that restarts does the same on its first connection, so it neither
+duplicates nor leaves stale entries. A controller whose election id loses
+arbitration never writes and says so in its status and log; when the client
+that beat it leaves, it arbitrates again with the highest id the switch has
+seen and takes the switch back (docs/p4runtime.md, "Who may write").
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import grpc
 import numpy as np
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
+from control.cli import shortened
 from control.entries import (
     ActionCall,
+    Changes,
     ClassEntries,
     ClassPlan,
     EntryMap,
@@ -97,6 +103,52 @@ UNREADABLE_ENTRY = (KeyError, ValueError)
 """What reading back an entry raises when the switch holds one this controller's program
 cannot describe (an unknown field or table, a value wider than its field): the switch is
 then in error, named, and supervised as before."""
+
+
+def unreadable_entry(error: Exception) -> str:
+    """The reason a switch is in error when it holds an entry the controller cannot read
+    (the error may quote the switch's bytes: shortened)."""
+    return shortened(f"the switch holds an entry this controller cannot read: {error!r}")
+
+
+READ_LIMIT_FACTOR = 2
+MIN_READ_LIMIT_ENTITIES = 4096
+READ_BYTES_PER_ENTITY = 1024
+DEFAULT_TABLE_SIZE = 1024
+"""What a table whose P4Info gives no size is taken to hold (p4c's default)."""
+
+
+def read_limits(names: P4Names) -> tuple[int, int]:
+    """Entities and reply bytes the controller accepts in one Read from a switch running
+    this pipeline: twice what its tables and indirect counters are declared to hold
+    (16,384 for beamer.p4, whose tables hold 8,192 entries; the controller writes at most
+    6,144 of them), at least MIN_READ_LIMIT_ENTITIES, and READ_BYTES_PER_ENTITY bytes per
+    entity. A switch that sends more is in error; the Read is cancelled."""
+    capacity = sum(table.size or DEFAULT_TABLE_SIZE for table in names.tables.values())
+    capacity += sum(counter.size for counter in names.counters.values())
+    entities = max(MIN_READ_LIMIT_ENTITIES, READ_LIMIT_FACTOR * capacity)
+    return entities, entities * READ_BYTES_PER_ENTITY
+
+
+def not_primary_reason(client: P4RuntimeClient | None) -> str:
+    """Why the switch did not make ``client`` primary, as its latest arbitration update
+    said: a higher election id only when the update named another primary and an id
+    above the client's (P4Runtime 1.4 §5.3), otherwise the update's own code and text."""
+    status = client.arbitration_status if client is not None else None
+    if client is None or status is None:
+        return "the switch has not named this controller primary"
+    code, message = status
+    highest = client.primary_election_id
+    higher = highest is not None and highest > client.election_id
+    if code == grpc.StatusCode.ALREADY_EXISTS and higher:
+        return f"another controller has a higher election id than {client.election_id}"
+    said = f"{code.name}: {message}" if message else code.name
+    return f"the switch's arbitration answered {said}"
+
+
+CATCH_UP_ROUNDS = 3
+"""Rounds of writes outside the schedule lock that bring a switch being provisioned up
+to the plan before the last difference is written under it (see ``_catch_up``)."""
 
 CONNECT_TIMEOUT_S = 1.0
 """How long one reconnection attempt waits for a switch's gRPC server."""
@@ -529,6 +581,88 @@ class PipelineArtifacts:
 SessionState = Literal["down", "ready", "backup", "error"]
 
 
+@dataclass(slots=True)
+class Backoff:
+    """When to try bringing one switch up again: at once the first time, then after
+    ``first_s``, doubling after each failed attempt up to ``max_s``.
+
+    An attempt fails when it leaves the switch not ready, and also when the switch
+    failed again less than ``max_s`` after it became ready (a stream that breaks right
+    after each provisioning); a switch that stayed ready that long starts again from no
+    wait (:meth:`trouble`). Times are the controller's clock."""
+
+    first_s: float
+    max_s: float
+    failures: int = 0
+    next_attempt_s: float = float("-inf")
+
+    def due(self, now_s: float) -> bool:
+        return now_s >= self.next_attempt_s
+
+    def failed(self, now_s: float) -> None:
+        self.failures += 1
+        self.next_attempt_s = now_s + min(self.max_s, self.first_s * 2 ** (self.failures - 1))
+
+    def reset(self) -> None:
+        self.failures = 0
+        self.next_attempt_s = float("-inf")
+
+    def trouble(self, ready_since_s: float | None, now_s: float) -> None:
+        """The switch needs an attempt again; it was ready since ``ready_since_s``."""
+        if ready_since_s is None:
+            return
+        if now_s - ready_since_s >= self.max_s:
+            self.reset()
+        else:
+            self.failed(now_s)
+
+    def wait_s(self, now_s: float) -> float | None:
+        """Seconds until the next attempt; None when one may run now."""
+        return self.next_attempt_s - now_s if now_s < self.next_attempt_s else None
+
+
+@dataclass(slots=True)
+class _Said:
+    at_s: float
+    repeats: int = 0
+
+
+class QuietLog:
+    """Lines about switches, each logged at most once per ``interval_s``: said again
+    sooner, a line is only counted, and the count is logged with it the next time. A
+    switch that keeps failing the same way does not flood the log; its status shows
+    each state as it comes."""
+
+    MAX_LINES = 256
+    """Lines remembered; past this, those older than the interval are forgotten."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float]) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._said: dict[tuple[str, str], _Said] = {}
+        self._lock = threading.Lock()
+
+    def log(self, level: int, switch: str, message: str) -> None:
+        now_s = self.clock()
+        key = (switch, message)
+        with self._lock:
+            said = self._said.get(key)
+            if said is not None and now_s - said.at_s < self.interval_s:
+                said.repeats += 1
+                return
+            if said is not None and said.repeats:
+                message += (
+                    f" (and {said.repeats} more time{'s' if said.repeats > 1 else ''} "
+                    f"in the {now_s - said.at_s:.0f} s before)"
+                )
+            self._said[key] = _Said(now_s)
+            if len(self._said) > self.MAX_LINES:
+                self._said = {
+                    k: v for k, v in self._said.items() if now_s - v.at_s < self.interval_s
+                }
+        log.log(level, "%s: %s", switch, message)
+
+
 @dataclass(frozen=True, slots=True)
 class _Connection:
     """Outcome of connecting to one switch: a client (None if unreachable), whether it
@@ -555,6 +689,9 @@ class SwitchSession:
     """How many times the pipeline was pushed (1 normally; +1 per switch restart)."""
     reconciles: int = 0
     counter_bytes: dict[StageKey, int] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 10.0))
+    ready_since_s: float | None = None
+    """When the switch last became ready (controller clock); None while it is not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +708,11 @@ class ControllerConfig:
     rpc_timeout_s: float = 5.0
     journal_path: Path | None = None
     """Where accepted events are kept for a restart; ``None``: not kept."""
+    retry_max_s: float = 10.0
+    """The longest wait between two attempts to bring a failing switch up (see
+    :class:`Backoff`); the first wait is ``supervise_interval_s``."""
+    repeat_log_interval_s: float = 60.0
+    """A line about a switch is logged at most once in this time (see :class:`QuietLog`)."""
 
 
 PHASES = ("snapshot", "rank", "plan", "diff", "encode", "rpc")
@@ -617,8 +759,9 @@ class Controller(EventHandler):
         self.state = ScheduleState(len(topology.hosts), capacities + capacities)
         # Two locks, always taken in this order when both are needed:
         # ``_schedule_lock`` guards the plan, the sessions and what they hold (one
-        # reschedule or provisioning at a time); ``_lock`` guards the schedule state
-        # and is held only briefly, so events are applied while a reschedule runs.
+        # reschedule at a time; a switch being provisioned takes it only briefly, see
+        # ``_provision``); ``_lock`` guards the schedule state and is held only
+        # briefly, so events are applied while a reschedule runs.
         self._schedule_lock = threading.RLock()
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -660,8 +803,15 @@ class Controller(EventHandler):
                     f"{class_bits.bitwidth}-bit class parameter"
                 )
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
-            self.sessions[spec.name] = SwitchSession(spec, artifacts, names, forwarding)
+            self.sessions[spec.name] = SwitchSession(
+                spec,
+                artifacts,
+                names,
+                forwarding,
+                backoff=Backoff(config.supervise_interval_s, config.retry_max_s),
+            )
         self._class_entries = ClassEntries(self.layout)
+        self._quiet = QuietLog(config.repeat_log_interval_s, clock)
         self._writers = ThreadPoolExecutor(
             max_workers=max(1, len(self.sessions)), thread_name_prefix="writer"
         )
@@ -698,9 +848,9 @@ class Controller(EventHandler):
         keep supervising them in the background."""
         if wait:
             for session in self.sessions.values():
-                connection = self._connect(session.spec)
+                self._provision(session, self._connect(session))
                 with self._schedule_lock:
-                    self._provision(session, connection)
+                    self._attempted(session)
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
 
@@ -910,60 +1060,101 @@ class Controller(EventHandler):
 
     def _sync(self, session: SwitchSession) -> tuple[int, int, int, int]:
         """Write the difference between desired and installed; on failure, mark the switch
-        for reconciliation (read back, then diff again) by the supervisor."""
+        for reconciliation (read back, then diff again) by the supervisor. Runs under the
+        schedule lock, on a ready switch."""
         started = time.perf_counter()
         changes = diff(self.desired(session), session.installed)
         self.phase_s["diff"] += time.perf_counter() - started
         if changes.empty:
             return 0, 0, 0, 0
+        client = session.client
+        assert client is not None
+        rpcs, failure = self._write_changes(session, client, changes, session.installed)
+        if isinstance(failure, NotPrimaryError):
+            self._refused(session, failure)
+        elif failure is not None:
+            self._say(session, logging.WARNING, f"write failed ({failure}); will read back")
+            session.state = "error"
+            session.error = str(failure)
+            self._wake.set()
+        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
+
+    def _write_changes(
+        self,
+        session: SwitchSession,
+        client: P4RuntimeClient,
+        changes: Changes,
+        installed: EntryMap,
+        phases: bool = True,
+    ) -> tuple[int, P4RuntimeError | None]:
+        """Write ``changes`` make-before-break (:func:`plan_writes`), updating ``installed``
+        after each acknowledged step; the RPCs sent and the failure that ended them, if
+        any. ``phases``: count the time in :attr:`phase_s` (an event's writes)."""
         names = session.names
         table_size = {t.name: t.size for t in names.tables.values() if t.size}
         installed_count: dict[str, int] = {}
-        for key in session.installed:
+        for key in installed:
             installed_count[key.table] = installed_count.get(key.table, 0) + 1
         rpcs = 0
-        client = session.client
-        assert client is not None
         try:
             for step in plan_writes(changes, installed_count, table_size):
                 encode_start = time.perf_counter()
                 rpc_batches = batches(step, names)
                 rpc_start = time.perf_counter()
-                self.phase_s["encode"] += rpc_start - encode_start
                 for batch in rpc_batches:
                     client.write(batch)
                     rpcs += 1
-                self.phase_s["rpc"] += time.perf_counter() - rpc_start
+                if phases:
+                    self.phase_s["encode"] += rpc_start - encode_start
+                    self.phase_s["rpc"] += time.perf_counter() - rpc_start
                 for kind, key, action in step.updates:
                     if kind == p4runtime_pb2.Update.DELETE:
-                        session.installed.pop(key, None)
+                        installed.pop(key, None)
                     else:
-                        session.installed[key] = action
-        except NotPrimaryError as error:
-            self._lost_primary(session, str(error))
+                        installed[key] = action
         except P4RuntimeError as error:
-            log.warning(
-                "%s: write failed (%s); will read back and reconcile", session.spec.name, error
-            )
-            session.state = "error"
-            session.error = str(error)
-            self._wake.set()
-        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
+            return rpcs, error
+        return rpcs, None
 
-    def _lost_primary(self, session: SwitchSession, message: str) -> None:
-        session.state = "backup"
-        session.error = (
-            f"not primary for device {session.spec.device_id} at {session.spec.grpc_addr}: "
-            f"another controller has a higher election id than {self.config.election_id}; "
+    def _refused(self, session: SwitchSession, error: NotPrimaryError) -> None:
+        """A Write or pipeline push refused with PERMISSION_DENIED. Another controller is
+        the reason only when arbitration says so; otherwise the refusal is the switch's own
+        (a role or a permission it does not grant) and is reported as the switch said it:
+        the switch is in error and the supervisor tries again."""
+        client = session.client
+        if client is not None and not client.is_primary:
+            self._not_primary(session)
+            return
+        session.state = "error"
+        session.error = f"refused by the switch, which names this controller primary: {error}"
+        self._say(session, logging.WARNING, f"{session.error}; will try again")
+        self._wake.set()
+
+    def _not_primary(self, session: SwitchSession) -> None:
+        """Arbitration did not make this controller primary: it stays a backup, never
+        writes, and says why as the switch told it."""
+        spec = session.spec
+        error = (
+            f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
+            f"{not_primary_reason(session.client)}; "
             "this controller will not write"
         )
-        log.error("%s: %s (%s)", session.spec.name, session.error, message)
+        if (session.state, session.error) != ("backup", error):
+            self._say(session, logging.ERROR, error)  # not at every round
+        session.state = "backup"
+        session.error = error
+
+    def _say(self, session: SwitchSession, level: int, message: str) -> None:
+        """Log a line about a switch, once per ``repeat_log_interval_s`` (:class:`QuietLog`)."""
+        self._quiet.log(level, session.spec.name, message)
 
     # -- provisioning and recovery --
 
-    def _connect(self, spec: SwitchSpec) -> _Connection:
+    def _connect(self, session: SwitchSession) -> _Connection:
         """Open a client and arbitrate; slow when the switch is down, so callers run it
         without holding the controller's lock."""
+        spec = session.spec
+        max_read_entities, max_read_bytes = read_limits(session.names)
         client = P4RuntimeClient(
             spec.grpc_addr,
             spec.device_id,
@@ -975,6 +1166,8 @@ class Controller(EventHandler):
             on_arbitration=lambda _c, _primary: self._wake.set(),
             # Take the switch back when a client with a higher id was primary and left.
             reclaim=True,
+            max_read_entities=max_read_entities,
+            max_read_bytes=max_read_bytes,
         )
         try:
             primary = client.connect()
@@ -985,60 +1178,97 @@ class Controller(EventHandler):
             return _Connection(None, False, str(error))
         return _Connection(client, primary, None)
 
-    def _provision(self, session: SwitchSession, connection: _Connection | None = None) -> bool:
+    def _provision(self, session: SwitchSession, connection: _Connection) -> None:
         """Win arbitration, push the pipeline if the switch lacks ours, read the tables
-        back and write only the difference. Returns whether the switch is ready. Runs
-        under the controller's lock; ``connection`` is a fresh :meth:`_connect` result
-        (made here when not given)."""
+        back and write only the difference (:meth:`_catch_up`); ``connection`` is a fresh
+        :meth:`_connect` result, or the stream the session holds.
+
+        Called without the schedule lock, by the one thread that brings switches up
+        (:meth:`start`, then the supervisor), on a switch that is not ready: events and
+        polls leave such a switch alone (it is in ``pending_switches``), so its RPCs,
+        however slow, hold up neither events for the other switches nor the status. The
+        lock is taken for what the switches share (the session's client and state, the
+        plan) and to make the switch ready."""
         spec = session.spec
-        if connection is None:
-            connection = self._connect(spec)
         client = connection.client
-        if session.client is not None and session.client is not client:
-            suppress_close_errors(session.client)
-        session.client = client
-        if client is None and connection.refused:
-            # The switch is up and said no (another controller holds our election id):
-            # this controller stays off it, and asks again while it runs.
-            error = (
-                f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
-                f"{connection.error}; this controller will not write"
-            )
-            if (session.state, session.error) != ("backup", error):
-                log.error("%s: %s", spec.name, error)  # once, not at every retry
-            session.state = "backup"
-            session.error = error
-            return False
-        if client is None:
-            session.state = "down"
-            session.error = connection.error
-            return False
-        if not connection.primary:
-            self._lost_primary(session, "arbitration")
-            return False
+        with self._schedule_lock:
+            stale = session.client if session.client is not client else None
+            session.client = client
+        if stale is not None:
+            suppress_close_errors(stale)  # may wait for its reader: not under the lock
+        with self._schedule_lock:
+            if client is None and connection.refused:
+                # The switch is up and said no (another controller holds our election id):
+                # this controller stays off it, and asks again while it runs.
+                error = (
+                    f"not primary for device {spec.device_id} at {spec.grpc_addr}: "
+                    f"{connection.error}; this controller will not write"
+                )
+                if (session.state, session.error) != ("backup", error):
+                    self._say(session, logging.ERROR, error)  # not at every retry
+                session.state = "backup"
+                session.error = error
+                return
+            if client is None:
+                session.state = "down"
+                session.error = connection.error
+                return
+            if not connection.primary:
+                self._not_primary(session)
+                return
+            assert session.state != "ready", "provisioning a switch events write to"
         try:
             self._push_pipeline(session, client)
             self._point_acks_at_top_class(session, client)
-            self._read_back(session)
-            self._adopt_installed_classes(session)
-            session.state = "ready"
-            session.error = None
-            self._sync(session)
-            session.reconciles += 1
+            installed = self._read_back(session, client)
+            with self._schedule_lock:
+                session.installed = installed
+                self._adopt_installed_classes(session)
+            self._catch_up(session, client)
         except NotPrimaryError as error:
-            self._lost_primary(session, str(error))
-            return False
+            with self._schedule_lock:
+                self._refused(session, error)
         except P4RuntimeError as error:
-            session.state = "error"
-            session.error = str(error)
-            log.warning("%s: provisioning failed: %s", spec.name, error)
-            return False
+            with self._schedule_lock:
+                session.state = "error"
+                session.error = str(error)
+            self._say(session, logging.WARNING, f"provisioning failed: {error}")
         except UNREADABLE_ENTRY as error:
-            session.state = "error"
-            session.error = f"the switch holds an entry this controller cannot read: {error!r}"
-            log.warning("%s: provisioning failed: %s", spec.name, session.error)
-            return False
-        return session.state == "ready"
+            with self._schedule_lock:
+                session.state = "error"
+                session.error = unreadable_entry(error)
+            self._say(session, logging.WARNING, f"provisioning failed: {session.error}")
+
+    def _catch_up(self, session: SwitchSession, client: P4RuntimeClient) -> None:
+        """Write what the switch lacks of the plan, then make it ready.
+
+        The writes run outside the schedule lock, on a copy of what the switch holds;
+        events meanwhile change the plan, so the difference is taken again under the
+        lock: when nothing is left, the switch is made ready there, and from then on
+        events write to it. After CATCH_UP_ROUNDS rounds (events kept changing the plan)
+        the last difference is written under the lock, as an event's writes are. So one
+        switch's writes never overlap and are sent in the order they were planned."""
+        for round_number in range(CATCH_UP_ROUNDS):
+            with self._schedule_lock:
+                if self._stopping.is_set():
+                    return
+                changes = diff(self.desired(session), session.installed)
+                if changes.empty or round_number == CATCH_UP_ROUNDS - 1:
+                    session.state = "ready"
+                    session.error = None
+                    session.reconciles += 1
+                    self._sync(session)
+                    if session.state == "ready":
+                        session.ready_since_s = self.clock()
+                    return
+                installed = dict(session.installed)
+            try:
+                _, failure = self._write_changes(session, client, changes, installed, False)
+            finally:
+                with self._schedule_lock:
+                    session.installed = installed
+            if failure is not None:
+                raise failure
 
     def _push_pipeline(self, session: SwitchSession, client: P4RuntimeClient) -> None:
         """Make the switch run our pipeline, keeping its table state where it can.
@@ -1064,16 +1294,16 @@ class Controller(EventHandler):
             except NotPrimaryError:
                 raise
             except P4RuntimeError as error:
-                log.info(
-                    "%s: cannot reconcile (%s); replacing the pipeline", session.spec.name, error
+                self._say(
+                    session, logging.INFO, f"cannot reconcile ({error}); replacing the pipeline"
                 )
             else:
                 session.provisions += 1
-                log.info("%s: pipeline reconciled, forwarding state kept", session.spec.name)
+                self._say(session, logging.INFO, "pipeline reconciled, forwarding state kept")
                 return
         client.set_pipeline(artifacts.p4info, artifacts.device_config, cookie=artifacts.cookie)
         session.provisions += 1
-        log.info("%s: pipeline pushed", session.spec.name)
+        self._say(session, logging.INFO, "pipeline pushed")
 
     def _point_acks_at_top_class(self, session: SwitchSession, client: P4RuntimeClient) -> None:
         """Class payload-less TCP segments into the top class of the switch's queues.
@@ -1094,18 +1324,17 @@ class Controller(EventHandler):
             return  # already so: a restarted controller writes nothing
         client.write([update])
 
-    def _read_back(self, session: SwitchSession) -> None:
-        """Replace what we believe is installed by what the switch says it holds."""
-        assert session.client is not None
+    def _read_back(self, session: SwitchSession, client: P4RuntimeClient) -> EntryMap:
+        """What the switch says it holds of the tables this controller manages."""
         managed = self._managed_tables(session)
         installed: EntryMap = {}
-        for entry in session.client.read_table(0):
+        for entry in client.read_table(0):
             if entry.is_default_action or session.names.tables_by_id.get(entry.table_id) is None:
                 continue
             key, action = from_table_entry(entry, session.names)
             if key.table in managed:
                 installed[key] = action
-        session.installed = installed
+        return installed
 
     def _adopt_installed_classes(self, session: SwitchSession) -> None:
         """On this controller's first read-back, take the class numbers the switch holds
@@ -1148,9 +1377,14 @@ class Controller(EventHandler):
         with self._schedule_lock:
             todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
         for session, need in todo:
+            if need in ("reconnect", "reprovision"):
+                now_s = self.clock()
+                with self._schedule_lock:
+                    session.backoff.trouble(session.ready_since_s, now_s)
+                    session.ready_since_s = None
             if need == "reconnect":
                 if session.state == "ready":
-                    log.warning("%s: connection lost; reconnecting", session.spec.name)
+                    self._say(session, logging.WARNING, "connection lost; reconnecting")
                 with self._schedule_lock:
                     # Its stream is gone. Detached under the lock, so no event writes
                     # through it while it closes (the switch waits in pending_switches);
@@ -1161,25 +1395,38 @@ class Controller(EventHandler):
                         session.error = "connection lost; reconnecting"
                 if stale is not None:
                     suppress_close_errors(stale)
-                connection = self._connect(session.spec)
+                if not session.backoff.due(now_s):
+                    continue
+                self._provision(session, self._connect(session))
                 with self._schedule_lock:
-                    self._provision(session, connection)
+                    self._attempted(session)
             elif need == "reprovision":
                 # Our stream is alive and primary: provision over it. A second stream
                 # with our election id would be refused, and closing this one would
                 # leave the switch without a primary.
-                with self._schedule_lock:
-                    client = session.client
-                    if client is not None and client.connected and client.is_primary:
-                        self._provision(session, _Connection(client, True, None))
+                if not session.backoff.due(now_s):
+                    continue
+                client = session.client
+                if client is not None and client.connected and client.is_primary:
+                    self._provision(session, _Connection(client, True, None))
+                    with self._schedule_lock:
+                        self._attempted(session)
             elif need == "demoted":
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
-                        self._lost_primary(session, "another client became primary")
+                        self._not_primary(session)
         if time.monotonic() - last_counters >= self.config.counter_interval_s:
             last_counters = time.monotonic()
             self._poll()
         return last_counters
+
+    def _attempted(self, session: SwitchSession) -> None:
+        """After an attempt to bring ``session`` up: one that left it neither ready nor a
+        backup on a live stream (which waits for the switch to name it primary, and tries
+        nothing meanwhile) makes the next attempt wait longer."""
+        if session.state == "ready" or (session.state == "backup" and session.client is not None):
+            return
+        session.backoff.failed(self.clock())
 
     @staticmethod
     def _needs_provisioning(session: SwitchSession) -> str | None:
@@ -1216,14 +1463,16 @@ class Controller(EventHandler):
             except P4RuntimeError as error:
                 readings.append((session, True, None, str(error)))
             except UNREADABLE_ENTRY as error:
-                unreadable = f"the switch holds an entry this controller cannot read: {error!r}"
-                readings.append((session, True, None, unreadable))
+                readings.append((session, True, None, unreadable_entry(error)))
         progress: dict[StageKey, float] = {}
         with self._schedule_lock:
             for session, pipeline_ok, counted, failure in readings:
                 if not pipeline_ok:
-                    log.warning("%s: pipeline gone; re-provisioning", session.spec.name)
-                    self._provision(session)
+                    # Provisioned again by the supervisor, over the stream it holds.
+                    self._say(session, logging.WARNING, "pipeline gone; re-provisioning")
+                    session.state = "error"
+                    session.error = "the switch lost this controller's pipeline; re-provisioning"
+                    self._wake.set()
                     continue
                 if failure is not None:
                     session.state = "error"
@@ -1265,6 +1514,7 @@ class Controller(EventHandler):
     # -- status --
 
     def status(self) -> dict[str, Any]:
+        now_s = self.clock()
         with self._schedule_lock:
             classes = dict(self.ranked)
             return {
@@ -1304,6 +1554,9 @@ class Controller(EventHandler):
                         "state": s.state,
                         "error": s.error,
                         "provisions": s.provisions,
+                        "retry_in_s": (
+                            None if s.state == "ready" else _rounded(s.backoff.wait_s(now_s))
+                        ),
                         "election_id": s.client.election_id if s.client is not None else None,
                         "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),
                     }
@@ -1311,6 +1564,10 @@ class Controller(EventHandler):
                 ],
                 "classes": classes_summary(classes),
             }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def classes_summary(classes: Mapping[CoflowKey, int]) -> dict[str, int]:

@@ -274,6 +274,8 @@ def format_status(status: dict[str, Any]) -> str:
             line += f"  election id {format_election_id(current)}"
         if switch.get("error"):
             line += f"  ({switch['error']})"
+        if switch.get("retry_in_s") is not None:
+            line += f"  next attempt in {switch['retry_in_s']:.1f} s"
         lines.append(line)
     lines += [
         "",

@@ -22,6 +22,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from control.addresses import is_decimal
+from control.cli import shortened
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 """Trailer carrying a serialised ``google.rpc.Status`` with per-update errors."""
@@ -222,16 +223,23 @@ class P4Names:
 
 
 class P4RuntimeError(Exception):
-    """An RPC failed; ``code`` is the gRPC status code."""
+    """An RPC failed; ``code`` is the gRPC status code. The message quotes what the switch
+    said, :func:`~control.cli.shortened`: a switch may send megabytes of error text, and
+    the controller keeps and logs the message."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        message = shortened(message)
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
 
 
 class NotPrimaryError(P4RuntimeError):
-    """This client is not the primary controller of the device (PERMISSION_DENIED)."""
+    """The switch refused an RPC with PERMISSION_DENIED. Mostly this client is not the
+    primary controller of the device, but a switch says so for other reasons too (a role
+    it does not allow to write, a permission of its own): whether arbitration made another
+    client primary is for :attr:`P4RuntimeClient.is_primary` and
+    :attr:`P4RuntimeClient.primary_election_id` to tell, not this error."""
 
 
 class ConnectionLostError(P4RuntimeError):
@@ -242,6 +250,11 @@ class ArbitrationRefusedError(P4RuntimeError):
     """The server ended the stream with a status instead of taking the arbitration: the
     election id is another live client's, the device or role is unknown, too many
     clients are connected."""
+
+
+class ReadLimitError(P4RuntimeError):
+    """A Read whose reply went past the client's limit of entities or bytes; the Read was
+    cancelled and nothing of it is returned."""
 
 
 _TRANSPORT_CODES = frozenset(
@@ -278,7 +291,7 @@ def _code_of(number: int) -> grpc.StatusCode:
 
 def _translate(error: grpc.RpcError, what: str) -> P4RuntimeError:
     code: grpc.StatusCode = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details: str = (error.details() if hasattr(error, "details") else None) or str(error)
+    details = shortened((error.details() if hasattr(error, "details") else None) or str(error))
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return NotPrimaryError(code, f"{what}: {details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
@@ -286,12 +299,24 @@ def _translate(error: grpc.RpcError, what: str) -> P4RuntimeError:
     return P4RuntimeError(code, f"{what}: {details}")
 
 
-def _update_errors(error: grpc.RpcError) -> list[UpdateError]:
-    """Per-update errors from the status-details trailer (empty when absent)."""
+_STATUS_DETAILS_FIELD = 3
+"""google.rpc.Status.details: field 3, length-delimited."""
+
+
+def _update_errors(error: grpc.RpcError, updates_sent: int | None = None) -> list[UpdateError]:
+    """Per-update errors from the status-details trailer (empty when absent).
+
+    The spec gives one detail per update; a trailer with more than ``updates_sent`` is
+    not read (parsing a million details of a 64 MiB trailer takes the better part of a
+    minute in pure-Python protobuf)."""
     trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     for key, value in trailers or ():
         if key != STATUS_DETAILS_KEY:
             continue
+        if updates_sent is not None and (
+            field_count(value, _STATUS_DETAILS_FIELD, stop_after=updates_sent + 1) > updates_sent
+        ):
+            return []  # not one detail per update: the call's own status says it failed
         status = status_pb2.Status()
         failures = []
         try:
@@ -300,7 +325,9 @@ def _update_errors(error: grpc.RpcError) -> list[UpdateError]:
                 detail = p4runtime_pb2.Error()
                 if packed.Unpack(detail) and detail.canonical_code != code_pb2.OK:
                     failures.append(
-                        UpdateError(index, _code_of(detail.canonical_code), detail.message)
+                        UpdateError(
+                            index, _code_of(detail.canonical_code), shortened(detail.message)
+                        )
                     )
         except DecodeError:
             return []  # details a switch garbled: the call's own status still says it failed
@@ -377,6 +404,8 @@ class P4RuntimeClient:
         on_arbitration: Callable[[P4RuntimeClient, bool], None] | None = None,
         connect_timeout_s: float | None = None,
         reclaim: bool = False,
+        max_read_entities: int | None = None,
+        max_read_bytes: int | None = None,
     ) -> None:
         if not 0 < election_id <= MAX_ELECTION_ID:
             raise ValueError("election id must be in 1..2**128-1 (0 is reserved by the spec)")
@@ -389,11 +418,19 @@ class P4RuntimeClient:
         self.on_arbitration = on_arbitration
         self.reclaim = reclaim
         self.reclaims = 0
+        self.max_read_entities = max_read_entities
+        self.max_read_bytes = max_read_bytes
         self.is_primary = False
         self.primary_election_id: int | None = None
+        """The election id the latest arbitration update carried: the highest the switch
+        has seen (P4Runtime 1.4 §5.3), the primary's while there is one."""
+        self.arbitration_status: tuple[grpc.StatusCode, str] | None = None
+        """Code and message of the latest arbitration update (OK: this client is primary;
+        ALREADY_EXISTS: another client is; NOT_FOUND: none is)."""
         self._channel: grpc.Channel | None = None
         self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
         self._write_bytes: grpc.UnaryUnaryMultiCallable | None = None
+        self._read_bytes: grpc.UnaryStreamMultiCallable | None = None
         self._requests: queue.Queue[p4runtime_pb2.StreamMessageRequest | None] = queue.Queue()
         self._arbitrated = threading.Event()
         self._stream_lost = threading.Event()
@@ -425,6 +462,11 @@ class P4RuntimeClient:
             "/p4.v1.P4Runtime/Write",
             request_serializer=None,  # write() sends the request already serialised
             response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+        )
+        self._read_bytes = channel.unary_stream(
+            "/p4.v1.P4Runtime/Read",
+            request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+            response_deserializer=None,  # read() counts a reply before it parses it
         )
         if not arbitrate:
             return False
@@ -473,6 +515,7 @@ class P4RuntimeClient:
         self._channel = None
         self._stub = None
         self._write_bytes = None
+        self._read_bytes = None
 
     def __enter__(self) -> P4RuntimeClient:
         self.connect()
@@ -494,10 +537,10 @@ class P4RuntimeClient:
                 if response.HasField("arbitration"):
                     self._on_arbitration(response.arbitration)
                 elif response.HasField("error"):
-                    self.stream_error = response.error.message
+                    self.stream_error = shortened(response.error.message)
         except grpc.RpcError as error:
             details = error.details() if hasattr(error, "details") else None
-            self.stream_error = details or str(error)
+            self.stream_error = shortened(details or str(error))
             self.stream_error_code = error.code() if hasattr(error, "code") else None
         else:
             self.stream_error = self.stream_error or "stream ended by the server"
@@ -519,6 +562,7 @@ class P4RuntimeClient:
     def _on_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         primary = update.status.code == code_pb2.OK
         self.is_primary = primary
+        self.arbitration_status = (_code_of(update.status.code), shortened(update.status.message))
         highest: int | None = None
         if update.HasField("election_id"):
             highest = (update.election_id.high << 64) | update.election_id.low
@@ -612,21 +656,57 @@ class P4RuntimeClient:
             self._write_bytes(request, timeout=self.timeout_s)
         except grpc.RpcError as error:
             translated = _translate(error, f"{self.address}: Write")
-            failures = _update_errors(error)
+            failures = _update_errors(error, len(updates))
             if failures:
                 raise WriteError(translated.code, translated.message, failures) from None
             raise translated from None
 
     def read(self, entities: Sequence[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
-        """All entities matching the (wildcard) ``entities``, across the streamed replies."""
+        """All entities matching the (wildcard) ``entities``, across the streamed replies.
+
+        Past :attr:`max_read_entities` entities or :attr:`max_read_bytes` bytes of replies
+        the Read is cancelled and :class:`ReadLimitError` raised. Each reply is counted
+        from its bytes before it is parsed (pure-Python protobuf parses an entity in about
+        0.2 ms and holds it in about 8 KB), so a switch that sends millions costs no more
+        than the limit."""
         request = p4runtime_pb2.ReadRequest(device_id=self.device_id)
         request.entities.extend(entities)
+        self._rpc_stub()  # not connected: ConnectionLostError
+        assert self._read_bytes is not None
+        what = f"{self.address}: Read"
+        call = self._read_bytes(request, timeout=self.timeout_s)
         result: list[p4runtime_pb2.Entity] = []
+        received_bytes = 0
         try:
-            for response in self._rpc_stub().Read(request, timeout=self.timeout_s):
-                result.extend(response.entities)
+            for data in call:
+                received_bytes += len(data)
+                if self.max_read_bytes is not None and received_bytes > self.max_read_bytes:
+                    call.cancel()
+                    raise ReadLimitError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"{what}: the switch sent more than {self.max_read_bytes:,} bytes "
+                        "in one Read, more than this client accepts; the Read was cancelled",
+                    )
+                if self.max_read_entities is not None:
+                    room = self.max_read_entities - len(result)
+                    if entity_count(data, stop_after=room + 1) > room:
+                        call.cancel()
+                        raise ReadLimitError(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"{what}: the switch sent more than {self.max_read_entities:,} "
+                            "entities in one Read, more than this client accepts; "
+                            "the Read was cancelled",
+                        )
+                try:
+                    reply = p4runtime_pb2.ReadResponse.FromString(data)
+                except DecodeError as error:
+                    call.cancel()
+                    raise P4RuntimeError(
+                        grpc.StatusCode.INTERNAL, f"{what}: a reply that does not parse: {error}"
+                    ) from None
+                result.extend(reply.entities)
         except grpc.RpcError as error:
-            raise _translate(error, f"{self.address}: Read") from None
+            raise _translate(error, what) from None
         return result
 
     def read_table(
@@ -682,6 +762,60 @@ def write_request_bytes(
 
 
 _UPDATES_KEY = bytes([4 << 3 | 2])  # WriteRequest.updates: field 4, length-delimited
+
+
+_ENTITIES_FIELD = 1
+"""ReadResponse.entities: field 1, length-delimited."""
+
+
+def entity_count(data: bytes, stop_after: int | None = None) -> int:
+    """How many ``entities`` a serialised ReadResponse holds (see :func:`field_count`)."""
+    return field_count(data, _ENTITIES_FIELD, stop_after)
+
+
+def field_count(data: bytes, field_number: int, stop_after: int | None = None) -> int:
+    """How many length-delimited fields ``field_number`` the serialised message ``data``
+    holds at its top level, read from the field headers without parsing the fields;
+    counting stops at ``stop_after``. Bytes that are no message are counted as far as
+    they go (parsing them then fails)."""
+    count = 0
+    position = 0
+    end = len(data)
+    while position < end and (stop_after is None or count < stop_after):
+        key, position = _varint_at(data, position)
+        wire_type = key & 7
+        if wire_type == 0:
+            _, position = _varint_at(data, position)
+        elif wire_type == 1:
+            position += 8
+        elif wire_type == 2:
+            length, position = _varint_at(data, position)
+            position += length
+        elif wire_type == 5:
+            position += 4
+        else:
+            break  # groups and bad types: not a ReadResponse
+        if position > end:
+            break
+        if key >> 3 == field_number and wire_type == 2:
+            count += 1
+    return count
+
+
+def _varint_at(data: bytes, position: int) -> tuple[int, int]:
+    """The varint at ``position`` and the position after it (past the end if cut short)."""
+    value = 0
+    shift = 0
+    while position < len(data):
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            break
+    return value, len(data) + 1
 
 
 def varint_bytes(value: int) -> bytes:

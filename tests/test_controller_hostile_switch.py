@@ -1,0 +1,764 @@
+"""The controller against a switch that is slow, verbose or wrong: megabytes of error
+text, a Read that never ends, a PERMISSION_DENIED that is not about election ids, a
+stream that keeps failing, and RPCs answered just inside the timeout.
+
+The switch is the embedded P4Runtime server of tests/test_controller_p4runtime.py (real
+arbitration and table state), with some of its RPCs replaced by what a hostile switch
+does (:class:`Misbehaviour`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from controller_helpers import SmallestFirst, one_class_per_rank
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2
+from test_controller_p4runtime import (
+    Rig,
+    _class_entries,
+    _p4info,
+    _Pipeline,
+    _Program,
+    _start_experiment,
+    _Switch,
+    _topology,
+    _wait_for,
+)
+
+from control.cli import MAX_ERROR_CHARS
+from control.controller import (
+    Controller,
+    ControllerConfig,
+    PipelineArtifacts,
+    SwitchSession,
+    _Connection,
+    not_primary_reason,
+    read_limits,
+)
+from control.controller_cli import format_status
+from control.entries import from_table_entry
+from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
+from control.topology import parse_topology
+from softswitch.p4rt import pipeline_config
+from softswitch.p4rt.rpc import RpcContext
+from softswitch.p4runtime_server import P4RuntimeServer
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+MESSAGE_BOUND = MAX_ERROR_CHARS + 200
+"""The longest a stored or logged message about a switch may be: the switch's text
+shortened, plus the controller's own words around it."""
+
+ReadReplies = tuple[Sequence[bytes], status_pb2.Status | None]
+
+
+@dataclass
+class Misbehaviour:
+    """What the switch does instead of its job, per RPC (None: its job).
+
+    ``write`` runs before each Write and may end it (``context.abort``) or take its time;
+    ``before_read`` runs before each Read (and may take its time); ``read`` gives the
+    replies of a Read in place of the switch's own."""
+
+    write: Callable[[p4runtime_pb2.WriteRequest, RpcContext], None] | None = None
+    before_read: Callable[[], None] | None = None
+    read: Callable[[p4runtime_pb2.ReadRequest], ReadReplies] | None = None
+
+
+def misbehave(server: P4RuntimeServer, misbehaviour: Misbehaviour) -> None:
+    """Route ``server``'s Write and Read through ``misbehaviour`` (before it starts: the
+    server binds its handlers then)."""
+    servicer = server.servicer
+    write, read_replies = servicer.Write, servicer.read_replies
+
+    def hostile_write(request: Any, context: RpcContext) -> p4runtime_pb2.WriteResponse:
+        if misbehaviour.write is not None:
+            parsed = p4runtime_pb2.WriteRequest.FromString(request)
+            misbehaviour.write(parsed, context)
+        return write(request, context)
+
+    def hostile_read(request: p4runtime_pb2.ReadRequest, context: RpcContext) -> ReadReplies:
+        if misbehaviour.before_read is not None:
+            misbehaviour.before_read()
+        if misbehaviour.read is not None:
+            return misbehaviour.read(request)
+        return read_replies(request, context)
+
+    servicer.Write = hostile_write  # type: ignore[method-assign]
+    servicer.read_replies = hostile_read  # type: ignore[method-assign]
+
+
+@dataclass
+class HostileRig(Rig):
+    misbehaviour: Misbehaviour = field(default_factory=Misbehaviour)
+
+    def restart_switch(self) -> None:
+        self.server.stop(0)
+        self.switch = _Switch()
+        self.server = P4RuntimeServer(self.switch, 0, self.server.addr)
+        misbehave(self.server, self.misbehaviour)
+        self.server.start()
+
+
+@pytest.fixture
+def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileRig]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    switch = _Switch()
+    server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
+    misbehaviour = Misbehaviour()
+    misbehave(server, misbehaviour)
+    server.start()
+    program = _Program(_p4info())
+    rig = HostileRig(
+        switch,
+        server,
+        _topology(server.addr),
+        PipelineArtifacts(program.p4info, program.device_config()),
+        misbehaviour=misbehaviour,
+    )
+    try:
+        yield rig
+    finally:
+        for controller in rig.controllers:
+            controller.stop()
+        rig.server.stop(0)
+
+
+def _said_about_switches(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "control.controller"]
+
+
+# --- 1. error text from a switch is shortened -------------------------------------------
+
+
+def test_megabytes_of_error_text_from_a_switch_are_shortened_in_status_and_log(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="control.controller")
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    huge = "the switch explains at length: " + "very " * ((8 << 20) // 5) + "the end"
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        context.abort(grpc.StatusCode.INTERNAL, huge)
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])  # its writes are refused
+    session = controller.sessions["s1"]
+    assert session.state == "error"
+    assert session.error is not None
+    assert "the switch explains at length: very very" in session.error
+    assert session.error.endswith("the end")
+    assert len(session.error) <= MESSAGE_BOUND
+    switch_status = controller.status()["switches"][0]
+    assert len(switch_status["error"]) <= MESSAGE_BOUND
+    said = _said_about_switches(caplog)
+    assert any("the switch explains" in line for line in said)
+    assert max(map(len, said)) <= MESSAGE_BOUND
+    # Supervision goes on: when the switch writes again, the schedule is there.
+    hostile.misbehaviour.write = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_megabytes_of_per_update_error_text_are_shortened(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        count = len(request.updates)
+        status = status_pb2.Status(
+            code=code_pb2.UNKNOWN, message=f"{count} of {count} updates failed"
+        )
+        for number in range(count):
+            packed = any_pb2.Any()
+            packed.Pack(
+                p4runtime_pb2.Error(
+                    canonical_code=code_pb2.INVALID_ARGUMENT,
+                    message=f"update {number} is wrong because " + "so " * (1 << 20),
+                )
+            )
+            status.details.append(packed)
+        context.set_trailing_metadata(((STATUS_DETAILS_KEY, status.SerializeToString()),))
+        context.abort(grpc.StatusCode.UNKNOWN, status.message)
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])
+    session = controller.sessions["s1"]
+    assert session.error is not None
+    assert "update 0: INVALID_ARGUMENT: update 0 is wrong because so so" in session.error
+    assert len(session.error) <= MESSAGE_BOUND
+    assert max(map(len, _said_about_switches(caplog))) <= MESSAGE_BOUND
+
+
+def test_more_error_details_than_updates_are_not_read() -> None:
+    """A Write refused with 100,000 details for a batch of 3: not one per update, as the
+    spec has it, and parsing them took seconds (a 64 MiB trailer, the better part of a
+    minute). The refusal is reported with the call's own status."""
+
+    class Refused:
+        def __init__(self, details: int) -> None:
+            status = status_pb2.Status(code=code_pb2.UNKNOWN, message="refused")
+            packed = any_pb2.Any()
+            packed.Pack(p4runtime_pb2.Error(canonical_code=code_pb2.INTERNAL, message="no"))
+            status.details.extend([packed] * details)
+            self.data = status.SerializeToString()
+
+        def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+            return ((STATUS_DETAILS_KEY, self.data),)
+
+    assert _update_errors(Refused(100_000), updates_sent=3) == []  # type: ignore[arg-type]
+    assert len(_update_errors(Refused(3), updates_sent=3)) == 3  # type: ignore[arg-type]
+
+
+def test_megabytes_of_error_text_ending_the_stream_are_shortened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A switch that ends the arbitration stream with a long status."""
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    server = P4RuntimeServer(_Switch(), 0, "127.0.0.1:0")
+    huge = "go away: " + "because " * (1 << 20)
+
+    async def refuse_stream(requests: Any, context: Any) -> None:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, huge)
+
+    server.servicer.StreamChannel = refuse_stream  # type: ignore[method-assign]
+    server.start()
+    program = _Program(_p4info())
+    rig = Rig(
+        _Switch(),
+        server,
+        _topology(server.addr),
+        PipelineArtifacts(program.p4info, program.device_config()),
+    )
+    try:
+        controller = rig.controller()
+        controller.start()
+        session = controller.sessions["s1"]
+        assert session.state == "backup"
+        assert session.error is not None and "go away: because because" in session.error
+        assert len(session.error) <= MESSAGE_BOUND
+    finally:
+        for controller in rig.controllers:
+            controller.stop()
+        server.stop(0)
+
+
+# --- 2. a Read has a cap -----------------------------------------------------------------
+
+
+class EndlessReplies(Sequence[bytes]):
+    """A Read reply that does not end: the same ReadResponse, again and again."""
+
+    def __init__(self, reply: p4runtime_pb2.ReadResponse) -> None:
+        self.data = reply.SerializeToString()
+        self.served = 0
+
+    def __len__(self) -> int:
+        return 10**12
+
+    def __getitem__(self, index: Any) -> Any:
+        self.served += 1
+        return self.data
+
+    def clear(self) -> None:
+        """The server drops what a client did not take."""
+
+
+def _entries_of(names: P4Names, count: int, metadata: bytes = b"") -> p4runtime_pb2.ReadResponse:
+    table = names.table("stage_class")
+    reply = p4runtime_pb2.ReadResponse()
+    for number in range(count):
+        entry = reply.entities.add().table_entry
+        entry.table_id = table.id
+        entry.match.add(field_id=1).exact.value = (number % 60000 + 1).to_bytes(2, "big")
+        entry.match.add(field_id=2).exact.value = b"\x00"
+        entry.action.action.action_id = names.action("set_class").id
+        entry.action.action.params.add(param_id=1, value=b"\x01")
+        entry.metadata = metadata
+    return reply
+
+
+def test_a_switch_that_sends_entities_without_end_is_cut_off_at_the_limit(
+    hostile: HostileRig,
+) -> None:
+    names = P4Names.build(hostile.artifacts.p4info)
+    limit_entities, _ = read_limits(names)
+    assert limit_entities == 4096  # the floor: this P4Info's tables hold 1,152 entries
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+    reply = _entries_of(names, 1000)
+    reads: list[EndlessReplies] = []
+
+    def endless(request: p4runtime_pb2.ReadRequest) -> ReadReplies:
+        reads.append(EndlessReplies(reply))
+        return reads[-1], None
+
+    hostile.misbehaviour.read = endless
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None
+    assert "the switch sent more than 4,096 entities in one Read" in session.error
+    assert "the Read was cancelled" in session.error
+    # Cancelled at the limit: the controller took five replies of 1,000 entities, the
+    # switch got to send what the connection's window held besides (100 to 160 replies
+    # of 57 KB here), not a stream of 10**12 replies until the deadline.
+    assert 5 <= reads[0].served < 1000
+    # Supervision goes on: a switch that sends what it holds is read back and written.
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+    _start_experiment(controller, 2, [50])
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_a_read_of_few_huge_entities_is_cut_off_at_the_byte_limit(hostile: HostileRig) -> None:
+    names = P4Names.build(hostile.artifacts.p4info)
+    _, limit_bytes = read_limits(names)
+    assert limit_bytes == 4096 * 1024
+    controller = hostile.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    # Three entities of 1 MiB each per reply: far fewer entities than the limit.
+    endless = EndlessReplies(_entries_of(names, 3, metadata=b"m" * (1 << 20)))
+    hostile.misbehaviour.read = lambda request: (endless, None)
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None
+    assert "the switch sent more than 4,194,304 bytes in one Read" in session.error
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+
+
+def test_a_read_reply_that_does_not_parse_puts_the_switch_in_error(hostile: HostileRig) -> None:
+    controller = hostile.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    hostile.misbehaviour.read = lambda request: ([b"\x0a\xff\xff\xff\xff\x0f"], None)
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None and "Read: a reply that does not parse" in session.error
+    hostile.misbehaviour.read = None
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+
+
+def test_entities_are_counted_from_the_reply_s_bytes() -> None:
+    names = P4Names.build(_p4info())
+    for count in (0, 1, 2, 999):
+        data = _entries_of(names, count).SerializeToString()
+        assert entity_count(data) == count
+        assert entity_count(data, stop_after=1) == min(count, 1)
+    # Unknown fields are skipped, not counted; cut-off bytes count what is whole.
+    data = _entries_of(names, 3).SerializeToString()
+    assert entity_count(b"\x10\x05" + data + b"\x1a\x01x") == 3
+    assert entity_count(data[:-1]) == 2
+
+
+# --- 3. PERMISSION_DENIED says what the switch said -------------------------------------
+
+
+def test_a_permission_denied_that_is_not_about_election_ids_is_reported_as_the_switch_said(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The switch names the controller primary and still refuses its writes (a role it
+    may not write with, say): that is no higher election id."""
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        context.abort(
+            grpc.StatusCode.PERMISSION_DENIED, "role 'beamer' may not write MyIngress.stage_class"
+        )
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])
+    assert session.client is not None and session.client.is_primary
+    assert session.state == "error"
+    assert session.error is not None
+    assert "PERMISSION_DENIED" in session.error
+    assert "role 'beamer' may not write MyIngress.stage_class" in session.error
+    assert "higher election id" not in session.error
+    said = _said_about_switches(caplog)
+    assert any("role 'beamer' may not write" in line for line in said)
+    assert not any("higher election id" in line for line in said)
+    # The supervisor tries again; once the switch lets it write, it is ready.
+    hostile.misbehaviour.write = None
+    _wait_for(lambda: session.state == "ready", "the switch to take the writes")
+    assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_a_higher_election_id_is_named_only_when_arbitration_says_so(hostile: HostileRig) -> None:
+    controller = hostile.controller(election_id=10)
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    session = controller.sessions["s1"]
+    intruder = P4RuntimeClient(hostile.server.addr, 0, 20)
+    try:
+        assert intruder.connect() is True
+        _wait_for(lambda: session.state == "backup", "the controller to become a backup")
+        assert session.error == (
+            f"not primary for device 0 at {hostile.server.addr}: another controller has a "
+            "higher election id than 10; this controller will not write"
+        )
+    finally:
+        intruder.close()
+    _wait_for(lambda: session.state == "ready", "the controller to take the switch back")
+
+
+@dataclass
+class _Arbitrated:
+    """What :func:`not_primary_reason` reads of a client."""
+
+    arbitration_status: tuple[grpc.StatusCode, str] | None
+    primary_election_id: int | None
+    election_id: int = 10
+    is_primary: bool = False
+
+
+def test_what_arbitration_said_is_the_reason_for_not_being_primary() -> None:
+    def reason(status: tuple[grpc.StatusCode, str] | None, highest: int | None) -> str:
+        return not_primary_reason(_Arbitrated(status, highest))  # type: ignore[arg-type]
+
+    already = grpc.StatusCode.ALREADY_EXISTS
+    assert reason((already, "another client is primary"), 20) == (
+        "another controller has a higher election id than 10"
+    )
+    # A switch that names another primary without a higher id, or no primary at all.
+    assert reason((already, "another client is primary"), None) == (
+        "the switch's arbitration answered ALREADY_EXISTS: another client is primary"
+    )
+    assert reason((already, ""), 5) == "the switch's arbitration answered ALREADY_EXISTS"
+    assert reason((grpc.StatusCode.NOT_FOUND, "no primary client"), 10) == (
+        "the switch's arbitration answered NOT_FOUND: no primary client"
+    )
+    assert reason(None, None) == "the switch has not named this controller primary"
+
+
+# --- 4. reconnection backs off, and a repeated line is logged once ----------------------
+
+
+@dataclass
+class FakeClock:
+    """The controller's clock, moved by the test only."""
+
+    now_s: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _clocked_controller(rig: Rig, clock: FakeClock) -> Controller:
+    """A controller on ``clock`` whose supervision runs only when the test calls
+    :func:`_supervise` (it is not started); first wait 0.5 s, at most 8 s."""
+    config = ControllerConfig(
+        topology=rig.topology,
+        artifacts={"embedded": rig.artifacts},
+        policy_name="smallest-first",
+        election_id=10,
+        supervise_interval_s=0.5,
+        counter_interval_s=3600.0,
+        rpc_timeout_s=2.0,
+        retry_max_s=8.0,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank, clock=clock)
+    rig.controllers.append(controller)
+    return controller
+
+
+def _supervise(controller: Controller) -> None:
+    """One supervision round, at once (no wait for the interval)."""
+    controller._wake.set()
+    controller._supervise_once(time.monotonic())
+
+
+def test_an_unreachable_switch_is_tried_at_doubling_intervals_up_to_a_cap(
+    hostile: HostileRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    controller = _clocked_controller(hostile, clock)
+    session = controller.sessions["s1"]
+    attempts: list[float] = []
+    connect = controller._connect
+
+    def unreachable(session: SwitchSession) -> _Connection:
+        attempts.append(clock.now_s - 1000.0)
+        return _Connection(
+            None, False, f"UNAVAILABLE: no P4Runtime server at {hostile.server.addr}"
+        )
+
+    monkeypatch.setattr(controller, "_connect", unreachable)
+    # A round every 0.1 s for 40 s: 400 rounds, an attempt at each before.
+    for tenth in range(401):
+        clock.now_s = 1000.0 + tenth / 10
+        _supervise(controller)
+    assert attempts == pytest.approx([0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 23.5, 31.5, 39.5])
+    assert session.state == "down"
+    assert session.error == f"UNAVAILABLE: no P4Runtime server at {hostile.server.addr}"
+    switch = controller.status()["switches"][0]
+    assert switch["state"] == "down" and switch["retry_in_s"] == pytest.approx(7.5)
+    # Reachable again: the next attempt due brings it up.
+    monkeypatch.setattr(controller, "_connect", connect)
+    clock.now_s += 7.4
+    _supervise(controller)
+    assert session.state == "down"
+    clock.now_s += 0.1
+    _supervise(controller)
+    assert session.state == "ready"
+    assert controller.status()["switches"][0]["retry_in_s"] is None
+
+
+def test_a_stream_that_breaks_after_each_provisioning_backs_off_and_is_logged_once(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The switch takes the arbitration and the writes, then the stream breaks, again and
+    again: it used to be reconnected at once each time, and "connection lost;
+    reconnecting" logged each time, about five times a second."""
+    caplog.set_level(logging.INFO, logger="control.controller")
+    clock = FakeClock()
+    controller = _clocked_controller(hostile, clock)
+    session = controller.sessions["s1"]
+    _supervise(controller)
+    assert session.state == "ready"
+
+    def break_stream() -> None:
+        client = session.client
+        assert client is not None
+        hostile.restart_switch()
+        _wait_for(lambda: not client.connected, "the stream to break")
+
+    def lost_lines() -> list[str]:
+        return [line for line in _said_about_switches(caplog) if "connection lost" in line]
+
+    for cycle, wait_s in enumerate([0.5, 1.0, 2.0, 4.0, 8.0, 8.0], start=1):
+        clock.now_s += 1.0  # ready for a second only: no sign of a healthy switch
+        break_stream()
+        _supervise(controller)
+        # Seen at once, and the status says so; the attempt waits.
+        assert session.state == "down"
+        assert session.error == "connection lost; reconnecting"
+        assert controller.status()["switches"][0]["retry_in_s"] == pytest.approx(wait_s)
+        clock.now_s += wait_s - 0.01
+        _supervise(controller)
+        assert session.state == "down"
+        clock.now_s += 0.01
+        _supervise(controller)
+        assert session.state == "ready", f"cycle {cycle}"
+        assert session.provisions == cycle + 1
+    assert lost_lines() == ["s1: connection lost; reconnecting"]  # once, not six times
+    # Healthy for as long as the longest wait: the next loss is retried at once, and the
+    # line is logged again with the count of the times it was not.
+    clock.now_s += 60.0
+    break_stream()
+    _supervise(controller)
+    assert session.state == "ready"
+    assert lost_lines()[1:] == [
+        "s1: connection lost; reconnecting (and 5 more times in the 88 s before)"
+    ]
+
+
+def test_the_status_text_says_when_the_next_attempt_is() -> None:
+    switch = {"name": "s1", "address": "127.0.0.1:9559", "state": "down", "entries": []}
+    status = {
+        "policy": "beamer",
+        "queues": 8,
+        "election_id": 1,
+        "events_applied": 0,
+        "switches": [{**switch, "error": "connection lost; reconnecting", "retry_in_s": 3.96}],
+        "order": [],
+        "stages": [],
+    }
+    assert (
+        "s1       127.0.0.1:9559         down  (connection lost; reconnecting)  "
+        "next attempt in 4.0 s"
+    ) in format_status(status)
+
+
+# --- 5. a slow switch's provisioning does not hold up the others ------------------------
+
+
+@dataclass
+class Stall:
+    """An RPC that takes its time: it waits until the test releases it (within the
+    controller's RPC timeout), or STALL_S at most."""
+
+    inside: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    over: threading.Event = field(default_factory=threading.Event)
+    once: bool = True
+
+    def __call__(self, *args: Any) -> None:
+        if self.once and self.inside.is_set():
+            return
+        self.inside.set()
+        self.release.wait(STALL_S)
+        self.over.set()
+
+
+STALL_S = 20.0
+
+
+@dataclass
+class TwoSwitches:
+    """s1 and s2 in a line (h1 - s1 - s2 - h2); s2 misbehaves as ``s2_misbehaviour``
+    says, from its restart on."""
+
+    servers: list[P4RuntimeServer]
+    artifacts: PipelineArtifacts
+    controller: Controller
+    s2_misbehaviour: Misbehaviour
+    stalls: list[Stall] = field(default_factory=list)
+
+    def stall(self) -> Stall:
+        """A :class:`Stall`, released at the end of the test whatever happens."""
+        self.stalls.append(Stall())
+        return self.stalls[-1]
+
+    def restart_s2(self) -> None:
+        self.servers[1].stop(0)
+        self.servers[1] = P4RuntimeServer(_Switch(), 0, self.servers[1].addr)
+        misbehave(self.servers[1], self.s2_misbehaviour)
+        self.servers[1].start()
+
+    def class_entries(self, index: int) -> dict[tuple[str, tuple[int, ...]], int]:
+        names = P4Names.build(self.artifacts.p4info)
+        client = P4RuntimeClient(self.servers[index].addr, 0).read_only()
+        try:
+            read = client.read_table(0)
+        finally:
+            client.close()
+        return _class_entries(
+            dict(from_table_entry(e, names) for e in read if not e.is_default_action)
+        )
+
+
+@pytest.fixture
+def two_switches(monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoSwitches]:
+    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
+    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
+    program = _Program(_p4info())
+    artifacts = PipelineArtifacts(program.p4info, program.device_config())
+    servers = [P4RuntimeServer(_Switch(), 0, "127.0.0.1:0") for _ in range(2)]
+    for server in servers:
+        server.start()
+    topology = parse_topology(
+        {
+            "name": "line",
+            "switches": [
+                {"name": f"s{i + 1}", "device_id": 0, "grpc_addr": server.addr}
+                for i, server in enumerate(servers)
+            ],
+            "hosts": [
+                {"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"},
+                {"name": "h2", "ip": "10.0.0.2", "mac": "02:00:00:00:00:02"},
+            ],
+            "links": [
+                {"node1": "h1", "node2": "s1", "port2": 1},
+                {"node1": "s1", "port1": 2, "node2": "s2", "port2": 2},
+                {"node1": "h2", "node2": "s2", "port2": 1},
+            ],
+        }
+    )
+    config = ControllerConfig(
+        topology=topology,
+        artifacts={"embedded": artifacts},
+        policy_name="smallest-first",
+        supervise_interval_s=0.05,
+        # Longer than any stall: the slow switch answers inside the timeout.
+        rpc_timeout_s=STALL_S + 10.0,
+    )
+    controller = Controller(config, SmallestFirst(), one_class_per_rank)
+    rig = TwoSwitches(servers, artifacts, controller, Misbehaviour())
+    try:
+        yield rig
+    finally:
+        for stall in rig.stalls:
+            stall.release.set()
+        controller.stop()
+        for server in rig.servers:
+            server.stop(0)
+
+
+def test_a_slow_switch_being_provisioned_holds_up_neither_events_nor_status(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2 restarts and answers its provisioning's Read only when released: meanwhile
+    events are written to s1 and the status answers. Provisioning used to run under the
+    lock every event and the status take, so both waited for s2."""
+    controller = two_switches.controller
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    stall = two_switches.stall()
+    two_switches.s2_misbehaviour.before_read = stall
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not reach its Read"
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    )
+    _start_experiment(controller, 2, [50])
+    status = controller.status()
+    assert not stall.over.is_set(), "the events waited for the slow switch"
+    assert reply["pending_switches"] == ["s2"]
+    assert [s["state"] for s in status["switches"]] == ["ready", "down"]
+    expected = {("stage_class", (1, 0)): 6, ("stage_class", (2, 0)): 7}
+    assert two_switches.class_entries(0) == expected
+    # Released, s2 is brought to the plan as it is now, events of the meantime included.
+    stall.release.set()
+    session = controller.sessions["s2"]
+    _wait_for(lambda: session.state == "ready", "s2 provisioned")
+    assert two_switches.class_entries(1) == expected
+    assert _class_entries(session.installed) == expected
+
+
+def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2's first catch-up Write takes its time; an event changes the plan meanwhile.
+    Nothing else is written to s2 while that Write is out, and s2 ends with the plan
+    after the event."""
+    controller = two_switches.controller
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    stall = two_switches.stall()
+    in_flight = [0]
+    most_in_flight = [0]
+    lock = threading.Lock()
+
+    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        with lock:
+            in_flight[0] += 1
+            most_in_flight[0] = max(most_in_flight[0], in_flight[0])
+        try:
+            stall()
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    two_switches.s2_misbehaviour.write = slow_write
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not write"
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    )
+    assert not stall.over.is_set(), "the event waited for the slow switch"
+    assert reply["pending_switches"] == ["s2"]
+    stall.release.set()
+    session = controller.sessions["s2"]
+    _wait_for(lambda: session.state == "ready", "s2 provisioned")
+    assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
+    assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
+    assert most_in_flight[0] == 1
