@@ -32,6 +32,7 @@ from test_controller_p4runtime import (
     _Switch,
     _topology,
     _wait_for,
+    two_embedded_switches,
 )
 
 from control.cli import MAX_ERROR_CHARS
@@ -47,7 +48,6 @@ from control.controller import (
 from control.controller_cli import format_status
 from control.entries import from_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
-from control.topology import parse_topology
 from softswitch.p4rt import pipeline_config
 from softswitch.p4rt.rpc import RpcContext
 from softswitch.p4runtime_server import P4RuntimeServer
@@ -648,31 +648,7 @@ class TwoSwitches:
 
 @pytest.fixture
 def two_switches(monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoSwitches]:
-    monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
-    monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
-    program = _Program(_p4info())
-    artifacts = PipelineArtifacts(program.p4info, program.device_config())
-    servers = [P4RuntimeServer(_Switch(), 0, "127.0.0.1:0") for _ in range(2)]
-    for server in servers:
-        server.start()
-    topology = parse_topology(
-        {
-            "name": "line",
-            "switches": [
-                {"name": f"s{i + 1}", "device_id": 0, "grpc_addr": server.addr}
-                for i, server in enumerate(servers)
-            ],
-            "hosts": [
-                {"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"},
-                {"name": "h2", "ip": "10.0.0.2", "mac": "02:00:00:00:00:02"},
-            ],
-            "links": [
-                {"node1": "h1", "node2": "s1", "port2": 1},
-                {"node1": "s1", "port1": 2, "node2": "s2", "port2": 2},
-                {"node1": "h2", "node2": "s2", "port2": 1},
-            ],
-        }
-    )
+    artifacts, servers, topology = two_embedded_switches(monkeypatch)
     config = ControllerConfig(
         topology=topology,
         artifacts={"embedded": artifacts},

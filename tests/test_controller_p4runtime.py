@@ -707,9 +707,10 @@ def test_an_entry_the_controller_cannot_read_puts_the_switch_in_error_not_the_co
     assert ("stage_class", (2, 0)) in _class_entries(rig.read_entries())
 
 
-def test_two_switches_written_together_and_one_down_does_not_block_events(
+def two_embedded_switches(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[PipelineArtifacts, list[P4RuntimeServer], Topology]:
+    """Two started servers of the test pipeline, s1 and s2 on a line between h1 and h2."""
     monkeypatch.setattr(pipeline_config, "CompiledProgram", _Program)
     monkeypatch.setattr(pipeline_config, "Pipeline", _Pipeline)
     program = _Program(_p4info())
@@ -735,6 +736,13 @@ def test_two_switches_written_together_and_one_down_does_not_block_events(
             ],
         }
     )
+    return artifacts, servers, topology
+
+
+def test_two_switches_written_together_and_one_down_does_not_block_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    artifacts, servers, topology = two_embedded_switches(monkeypatch)
     config = ControllerConfig(
         topology=topology,
         artifacts={"embedded": artifacts},
