@@ -214,8 +214,10 @@ def run_controller(args: argparse.Namespace) -> int:
     # controller would leave its socket behind.
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        controller.start()
+        # The API serves while the switches are brought up: status and health answer, and
+        # events are applied (a switch not yet ready catches up with them when it is).
         server.start()
+        controller.start()
         for session in controller.sessions.values():
             log.info("%s (%s): %s", session.spec.name, session.spec.grpc_addr, session.state)
             if session.error:

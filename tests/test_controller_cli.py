@@ -77,7 +77,10 @@ def test_controller_process_serves_events_and_status_and_cleans_up(
             assert time.monotonic() < deadline, "controller did not open its socket"
             time.sleep(0.05)
         with EventClient(str(socket_path)) as client:
-            assert client.status()["switches"][0]["state"] == "ready"
+            # The API answers while the switch is brought up; it is ready soon after.
+            while client.status()["switches"][0]["state"] != "ready":
+                assert time.monotonic() < deadline, "the switch did not become ready"
+                time.sleep(0.05)
             client.experiment_released(
                 {
                     "experiment_id": 4,
