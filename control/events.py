@@ -635,6 +635,15 @@ class EventServer:
         try:
             loop.run_forever()
         finally:
+            # Connections that did not end within the shutdown's wait (or came in
+            # during it) are cancelled and given a moment; one still open is then
+            # closed with the loop, not left to be finalised against a closed loop.
+            with contextlib.suppress(Exception):
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
             loop.close()
 
     async def _shutdown(self) -> None:
@@ -723,7 +732,9 @@ class EventServer:
             pass
         finally:
             self._clients.pop(key, None)
-            writer.close()
+            # RuntimeError: the loop is closed (the task is being finalised after stop).
+            with contextlib.suppress(RuntimeError):
+                writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
