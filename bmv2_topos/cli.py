@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.options import parse_seeds
+from control.options import integer, number, parse_seeds, seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
@@ -38,14 +38,14 @@ def register(subparsers: Any) -> None:
     )
     emulate.add_argument(
         "--time-scale",
-        type=float,
+        type=number,
         default=DEFAULT_TIME_SCALE,
         help="durations relative to the full-scale workload "
         f"(default {DEFAULT_TIME_SCALE:g}: a run takes 20-40 s)",
     )
     emulate.add_argument(
         "--queue-depth",
-        type=int,
+        type=integer,
         default=None,
         metavar="PACKETS",
         help="depth of each priority queue of the embedded switch (default 256)",
@@ -67,12 +67,12 @@ def add_network_options(parser: Any) -> None:
         "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
     )
     seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, help="one seed")
+    seeds.add_argument("--seed", type=seed, help="one seed")
     seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
-    parser.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    parser.add_argument("--queues", type=integer, default=8, help="priority classes (1..8)")
     parser.add_argument(
         "--rto-min-ms",
-        type=int,
+        type=integer,
         default=DEFAULT_RTO_MIN_MS,
         help=f"the hosts' minimum TCP retransmission timeout (1..10000, default "
         f"{DEFAULT_RTO_MIN_MS})",

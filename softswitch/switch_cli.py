@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from control.errors import UserError
 from control.files import read_bytes
 from control.interrupts import restore_handlers
+from control.options import integer, number
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import (
@@ -117,10 +118,7 @@ def register(subparsers: Any) -> None:
 
 def _int_in(low: int, high: int) -> Any:
     def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        value = integer(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
         return value
@@ -130,10 +128,7 @@ def _int_in(low: int, high: int) -> Any:
 
 def _float_in(low: float, high: float) -> Any:
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        value = number(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be a number in {low:g}..{high:g}, got {text}")
         return value

@@ -10,6 +10,7 @@ from typing import Any
 
 from bmv2_topos.cli import add_network_options
 from control.errors import UserError
+from control.options import integer, number
 
 MAX_TRIALS = 32
 """Every trial of the search runs at once on the machine (see tuner.run.trial_cpus)."""
@@ -32,14 +33,16 @@ def register(subparsers: Any) -> None:
         default="beamer",
         help="comma-separated policies, e.g. beamer,fair,sincronia (default beamer)",
     )
-    tune.add_argument("--trials", type=int, default=10, help="trials of the search (default 10)")
     tune.add_argument(
-        "--max-t", type=int, default=4, help="HyperBand's max_t in iterations (default 4)"
+        "--trials", type=integer, default=10, help="trials of the search (default 10)"
     )
     tune.add_argument(
-        "--eta", type=float, default=2.0, help="HyperBand's reduction factor (default 2)"
+        "--max-t", type=integer, default=4, help="HyperBand's max_t in iterations (default 4)"
     )
-    tune.add_argument("--workers", type=int, default=2, help="data-parallel workers per trial")
+    tune.add_argument(
+        "--eta", type=number, default=2.0, help="HyperBand's reduction factor (default 2)"
+    )
+    tune.add_argument("--workers", type=integer, default=2, help="data-parallel workers per trial")
     tune.add_argument("--sync", choices=("ring", "ps"), default="ring", help="all-reduce pattern")
     tune.add_argument(
         "--scheduler",

@@ -1,0 +1,110 @@
+"""More hostile input to `beamer` and the benchmarks: one line, exit status 2, and
+nothing started or written when the input is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from control.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_WORKLOAD = REPO / "tests" / "data" / "tiny_workload.json"
+GRID = """\
+policies: [fair]
+seeds: {seeds}
+figures:
+  - name: f
+    vary: {{workload: [{workload}]}}
+"""
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = int(exit_.code or 0)
+    return status, capsys.readouterr().err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def no_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail the test (rather than run for minutes, or for ever) if a command gets past its
+    checks: `emulate` or `tune` to building a network, `simulate` to loading a workload,
+    `switch` to starting."""
+    import sim.cli
+    import softswitch.switch_cli
+    from bmv2_topos import netns
+
+    def started(*args: object, **kwargs: object) -> None:
+        pytest.fail("the command would start: the input was not refused before")
+
+    monkeypatch.setattr(netns, "require_root", started)
+    monkeypatch.setattr(sim.cli, "_prepared", started)
+    monkeypatch.setattr(softswitch.switch_cli, "Switch", started)
+    yield
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # int() and float() also read other scripts' digits and '_'.
+        (["simulate", "--jobs", "\u0661"], "argument --jobs: invalid int value: '\u0661'"),
+        (["simulate", "--load", "0_8"], "argument --load: invalid float value: '0_8'"),
+        (["simulate", "--queues", "\u0668"], "--queues: '\u0668' is neither 'ideal'"),
+        (["workload", "offline", "fb2010", "--max-flows", "1_0", "--out", "OUT"], "--max-flows"),
+        (["switch", "--no-p4", "--priority-queues", "\u0668"], "invalid int value: '\u0668'"),
+        (["switch", "--no-p4", "-i", "\u0661@veth0"], "port '\u0661' is not a number"),
+        (["controller", "--topo", "t", "--policy", "fair", "--queues", "\u0668"], "--queues"),
+        # random.Random(-1) draws what random.Random(1) draws: the same workload twice.
+        (["simulate", "--seed", "-1"], "argument --seed: invalid int value: '-1' (a seed is"),
+        (["simulate", "--seeds", "1,-1"], "--seeds: '1,-1' is not a comma-separated list"),
+        (
+            ["workload", "generate", "--seed", "-1", "--out", "OUT"],
+            "--seed: invalid int value: '-1' (a seed is",
+        ),
+        (["emulate", "--seeds", "\u0661"], "--seeds: '\u0661' is not"),
+    ],
+)
+def test_numbers_are_ascii_digits_and_seeds_not_negative(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    argv: list[str],
+    message: str,
+) -> None:
+    out = tmp_path / "out.txt"
+    status, err = run([str(out) if arg == "OUT" else arg for arg in argv], capsys)
+    assert status == 2
+    assert message in one_line(err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("seeds", "workload", "message"),
+    [
+        ("[1, -1]", "hp-tuning", ":2: seeds[1]: -1 is negative"),
+    ],
+)
+def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    seeds: str,
+    workload: str,
+    message: str,
+) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID.format(seeds=seeds, workload=workload), encoding="utf-8")
+    status, err = run(["sweep", str(grid), "--out", str(tmp_path / "out")], capsys)
+    assert status == 2
+    assert message in one_line(err)
+    assert not (tmp_path / "out").exists()
