@@ -3,6 +3,7 @@ nothing started or written when the input is wrong."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,36 @@ def test_numbers_are_ascii_digits_and_seeds_not_negative(
     assert status == 2
     assert message in one_line(err)
     assert not out.exists()
+
+
+def test_a_huge_option_value_is_shortened_in_the_argument_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, err = run(["simulate", "--seed", "9" * 100_000], capsys)
+    assert status == 2
+    line = one_line(err)
+    assert len(line) < 2100 and "characters left out" in line
+
+
+class _ClosedPipe:
+    """Standard output whose reader went away (``beamer ... | head``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor")
+
+
+def test_a_closed_output_pipe_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(["workload", "show", str(TINY_WORKLOAD), "--json"]) == 141
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(
