@@ -124,6 +124,7 @@ def test_a_closed_output_pipe_ends_quietly(
     ("seeds", "workload", "message"),
     [
         ("[1, -1]", "hp-tuning", ":2: seeds[1]: -1 is negative"),
+        ("[1]", '"a\\0b"', "workload: 'a\\x00b': not a file name (it holds a NUL character)"),
     ],
 )
 def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(
@@ -139,3 +140,14 @@ def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(
     assert status == 2
     assert message in one_line(err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_json_key_with_a_newline_is_quoted_in_the_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.json"
+    text = TINY_WORKLOAD.read_text(encoding="utf-8")
+    path.write_text(text.replace('"meta": {', '"meta": {"a\\nb": 1, '), encoding="utf-8")
+    status, err = run(["workload", "show", str(path)], capsys)
+    assert status == 2
+    assert '$.meta["a\\nb"]: expected a string' in one_line(err)
