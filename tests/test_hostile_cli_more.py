@@ -151,3 +151,16 @@ def test_a_json_key_with_a_newline_is_quoted_in_the_one_line_error(
     status, err = run(["workload", "show", str(path)], capsys)
     assert status == 2
     assert '$.meta["a\\nb"]: expected a string' in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--models", "resnet50,vgg16,resnet50"), ("--sync", "ring,ring")]
+)
+def test_a_model_or_pattern_given_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    out = tmp_path / "w.json"
+    status, err = run(["workload", "generate", flag, value, "--out", str(out)], capsys)
+    assert status == 2
+    assert f"{flag}: '{value.split(',')[0]}' given more than once" in one_line(err)
+    assert not out.exists()
