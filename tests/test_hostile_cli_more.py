@@ -164,3 +164,20 @@ def test_a_model_or_pattern_given_twice_is_refused(
     assert status == 2
     assert f"{flag}: '{value.split(',')[0]}' given more than once" in one_line(err)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "", "127.0.0.1:\u0669\u0665\u0665\u0669"])
+def test_switch_refuses_a_server_port_grpc_would_read_modulo_65536(
+    capsys: pytest.CaptureFixture[str], no_runs: None, address: str
+) -> None:
+    status, err = run(["switch", "--no-p4", "--grpc-server-addr", address], capsys)
+    assert status == 2
+    assert "--grpc-server-addr: " in one_line(err)
+
+
+def test_switch_says_a_config_that_is_a_directory_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = run(["switch", str(tmp_path)], capsys)
+    assert status == 2
+    assert f"{tmp_path}: is a directory, not a device config" in one_line(err)
