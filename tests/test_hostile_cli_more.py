@@ -181,3 +181,58 @@ def test_switch_says_a_config_that_is_a_directory_is_one(
     status, err = run(["switch", str(tmp_path)], capsys)
     assert status == 2
     assert f"{tmp_path}: is a directory, not a device config" in one_line(err)
+
+
+@pytest.mark.parametrize("command", ["emulate", "tune"])
+def test_emulate_and_tune_check_out_before_the_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_runs: None, command: str
+) -> None:
+    if command == "tune":
+        pytest.importorskip("ray")
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("keep")
+    status, err = run([command, "--out", str(in_the_way)], capsys)
+    assert status == 2
+    assert f"--out {in_the_way}: exists and is not a directory" in one_line(err)
+    assert in_the_way.read_text() == "keep"
+
+
+def test_emulate_checks_its_policies_before_the_runs(
+    capsys: pytest.CaptureFixture[str], no_runs: None
+) -> None:
+    status, err = run(["emulate", "--policies", "fair,nosuch"], capsys)
+    assert status == 2
+    assert "--policies: unknown policy 'nosuch'" in one_line(err)
+
+
+@pytest.mark.parametrize("scheduler", ["hyperband", "asha"])
+def test_tune_without_ray_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    scheduler: str,
+) -> None:
+    for name in ("ray", "ray.tune", "ray.tune.schedulers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    status, err = run(["tune", "--scheduler", scheduler], capsys)
+    assert status == 2
+    assert "beamer tune needs Ray" in one_line(err)
+
+
+def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
+    from bmv2_topos.agent import StageRecord
+    from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
+    from bmv2_topos.report import write_outputs
+    from control.errors import UserError
+
+    run_result = RunResult(
+        key=RunKey("beamer", 1),
+        stages=[StageRecord(0, 0, 0.0, 3.0)],
+        alone_s={(0, 0): 1.0},
+        wall_s=5.0,
+        predicted_sct_s={(0, 0): 2.0},
+    )
+    (tmp_path / "avg_sct.png").mkdir()  # the last output cannot be written
+    with pytest.raises(UserError, match=r"avg_sct\.png: cannot write: is a directory"):
+        write_outputs(EmulationReport([run_result]), tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["avg_sct.png"]
