@@ -236,3 +236,31 @@ def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"avg_sct\.png: cannot write: is a directory"):
         write_outputs(EmulationReport([run_result]), tmp_path)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["avg_sct.png"]
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("bench.bench_sim", ["--repeats", "0"], "--repeats: 0 is below 1"),
+        ("bench.bench_tune_trainable", ["--hidden-width", "0"], "--hidden-width: 0 is not"),
+        ("bench.sim_agreement", ["--jobs", "0"], "--jobs: 0 is not between 1 and"),
+        ("bench.sim_agreement", ["--queues", "x"], "--queues: 'x' is neither"),
+    ],
+)
+def test_benchmark_arguments_out_of_range_are_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: str,
+    argv: list[str],
+    message: str,
+) -> None:
+    import importlib
+
+    from bench.common import run_command
+
+    bench = importlib.import_module(module)
+    monkeypatch.setattr(sys, "argv", [module, *argv])
+    with pytest.raises(SystemExit) as exited:
+        run_command(bench.main)
+    assert exited.value.code == 2
+    assert message in one_line(capsys.readouterr().err)
