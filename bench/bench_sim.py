@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.common import emit
+from bench.common import emit, run_command
+from control.errors import UserError
 from control.model import Workload
 from control.policies import POLICIES, get_policy, is_search
 from control.policies.base import BasePolicy, Ranking, Snapshot
@@ -205,6 +206,13 @@ def main() -> None:
         "every arrival and take hours on these workloads)",
     )
     args = parser.parse_args()
+    for option, value, low in (
+        ("--repeats", args.repeats, 1),
+        ("--reference-repeats", args.reference_repeats, 0),
+        ("--head", args.head, 1),
+    ):
+        if value < low:
+            raise UserError(f"{option}: {value} is below {low}")
     policies = [name for name in args.policies.split(",") if name]
     # Warm-up: load (or compile) the kernels outside any timed run.
     tiny = offline_subset(400, 5)
@@ -248,4 +256,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

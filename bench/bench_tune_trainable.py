@@ -8,7 +8,8 @@ import argparse
 import os
 from typing import Any
 
-from bench.common import emit, median_seconds
+from bench.common import emit, median_seconds, run_command
+from control.errors import UserError
 from tuner.allreduce import GroupHost, WorkerGroup, sync_model_bytes
 from tuner.contract import HostEndpoint, Pattern
 from tuner.training import DataParallelTraining, TrainingConfig, gradient_bytes, local_sum
@@ -48,11 +49,20 @@ def _case(config: TrainingConfig, pattern: Pattern, workers: int, repeats: int) 
     }
 
 
+MAX_HIDDEN_WIDTH = 4096
+"""Widest hidden layer measured: its gradient is 70 MB (at 512, 1.2 MB); the model is
+built in memory once per worker."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hidden-width", type=int, default=512)
     args = parser.parse_args()
+    if not 1 <= args.hidden_width <= MAX_HIDDEN_WIDTH:
+        raise UserError(
+            f"--hidden-width: {args.hidden_width} is not between 1 and {MAX_HIDDEN_WIDTH}"
+        )
     repeats = 5 if args.quick else 21
     config = TrainingConfig(hidden_width=args.hidden_width)
     results: dict[str, Any] = {
@@ -68,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

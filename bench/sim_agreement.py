@@ -15,10 +15,13 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from bench.common import emit
+from bench.common import emit, parse_seed_ranges, run_command
+from control.errors import UserError
 from control.policies.spec import policy_from_spec
+from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
+from workloads.limits import MAX_JOBS
 
 DEFAULT_POLICIES = "beamer,sincronia,varys,fifo,fair,aalo,fifo-lm,beamer:split_trials=true"
 
@@ -48,8 +51,10 @@ def main() -> None:
     parser.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated")
     parser.add_argument("--queues", default="ideal,8", help="comma-separated: ideal or a count")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    queues = [None if q == "ideal" else int(q) for q in args.queues.split(",") if q]
+    seeds = parse_seed_ranges(args.seeds)
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise UserError(f"--jobs: {args.jobs} is not between 1 and {MAX_JOBS}")
+    queues = parse_queues(args.queues)
     rows = []
     for seed in seeds:
         workload = hp_tuning.generate(hp_tuning.HpTuningConfig(seed=seed, num_jobs=args.jobs))
@@ -78,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

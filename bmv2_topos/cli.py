@@ -6,11 +6,13 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.options import parse_seeds
+from control.files import output_directory, output_file, writable_directory
+from control.options import integer, number, parse_seeds, seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
@@ -38,14 +40,14 @@ def register(subparsers: Any) -> None:
     )
     emulate.add_argument(
         "--time-scale",
-        type=float,
+        type=number,
         default=DEFAULT_TIME_SCALE,
         help="durations relative to the full-scale workload "
         f"(default {DEFAULT_TIME_SCALE:g}: a run takes 20-40 s)",
     )
     emulate.add_argument(
         "--queue-depth",
-        type=int,
+        type=integer,
         default=None,
         metavar="PACKETS",
         help="depth of each priority queue of the embedded switch (default 256)",
@@ -67,12 +69,12 @@ def add_network_options(parser: Any) -> None:
         "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
     )
     seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, help="one seed")
+    seeds.add_argument("--seed", type=seed, help="one seed")
     seeds.add_argument("--seeds", help="comma-separated seeds (default 1)")
-    parser.add_argument("--queues", type=int, default=8, help="priority classes (1..8)")
+    parser.add_argument("--queues", type=integer, default=8, help="priority classes (1..8)")
     parser.add_argument(
         "--rto-min-ms",
-        type=int,
+        type=integer,
         default=DEFAULT_RTO_MIN_MS,
         help=f"the hosts' minimum TCP retransmission timeout (1..10000, default "
         f"{DEFAULT_RTO_MIN_MS})",
@@ -105,17 +107,37 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     return seeds
 
 
-def _names(text: str, option: str) -> tuple[str, ...]:
+def policy_names(text: str, option: str) -> tuple[str, ...]:
+    """The policies of ``text`` (comma-separated, each once), every one known: a mistake
+    must not surface after the network of the first run was built."""
+    from control.policies.spec import policy_from_spec
+
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not names:
         raise UserError(f"{option}: no policy given")
+    for name in names:
+        try:
+            policy_from_spec(name)
+        except UserError as error:
+            raise UserError(f"{option}: {error}") from None
     return names
+
+
+def output_directory_for(out: Path | None, names: Sequence[str]) -> Path | None:
+    """``--out``, made and shown to take ``names`` before the runs: a file or a device in
+    the way found after them would cost every run."""
+    if out is None:
+        return None
+    directory = writable_directory(output_directory(str(out)))
+    for name in names:
+        output_file(directory / name)
+    return directory
 
 
 def run_emulate(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
     from bmv2_topos.emulate import EmulationOptions, run_emulations
-    from bmv2_topos.report import summary, table, write_outputs
+    from bmv2_topos.report import OUTPUT_NAMES, summary, table, write_outputs
     from control.topology import load_topology
 
     seeds = network_seeds(args)
@@ -123,12 +145,14 @@ def run_emulate(args: argparse.Namespace) -> int:
         raise UserError(f"--time-scale: must be positive, got {args.time_scale}")
     if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
+    policies = policy_names(args.policies, "--policies")
     topology = load_topology(args.topo)
+    out = output_directory_for(args.out, OUTPUT_NAMES)
     netns.require_congestion_control(args.congestion_control)
     netns.require_root()
     options = EmulationOptions(
         topology=topology,
-        policies=_names(args.policies, "--policies"),
+        policies=policies,
         seeds=seeds,
         workload=args.workload,
         target=args.target,
@@ -142,8 +166,8 @@ def run_emulate(args: argparse.Namespace) -> int:
     if args.queue_depth is not None:
         options = dataclasses.replace(options, queue_depth_packets=args.queue_depth)
     report = run_emulations(options)
-    if args.out is not None:
-        for path in write_outputs(report, args.out):
+    if out is not None:
+        for path in write_outputs(report, out):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         json.dump(summary(report), sys.stdout, indent=2, sort_keys=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import statistics
 from pathlib import Path
 from typing import Any
 
 from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import EmulationReport, RunResult
-from control.files import write_csv
+from control.files import atomic_write_all_bytes, csv_bytes
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -77,12 +78,15 @@ def _row(policy: str, seed: str, run: RunResult, width: int) -> str:
     )
 
 
+OUTPUT_NAMES = ("stages.csv", "summary.csv", "sct_cdf.png", "avg_sct.png")
+"""The files :func:`write_outputs` writes."""
+
+
 def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
-    """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``."""
+    """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``,
+    written together or not at all."""
     directory.mkdir(parents=True, exist_ok=True)
-    stages_path = directory / "stages.csv"
-    write_csv(
-        stages_path,
+    stages = csv_bytes(
         [
             "policy",
             "seed",
@@ -98,9 +102,7 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
         ],
         (_stage_row(run, stage) for run in report.runs for stage in run.stages),
     )
-    summary_path = directory / "summary.csv"
-    write_csv(
-        summary_path,
+    summary_csv = csv_bytes(
         [
             "policy",
             "seed",
@@ -127,7 +129,16 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
             for run in report.runs
         ),
     )
-    return [stages_path, summary_path, *_plots(report, directory)]
+    cdf_png, bar_png = _plots(report)
+    contents = dict(
+        zip(
+            (directory / name for name in OUTPUT_NAMES),
+            (stages, summary_csv, cdf_png, bar_png),
+            strict=True,
+        )
+    )
+    atomic_write_all_bytes(contents)
+    return list(contents)
 
 
 def _stage_row(run: RunResult, stage: StageRecord) -> list[object]:
@@ -148,13 +159,19 @@ def _stage_row(run: RunResult, stage: StageRecord) -> list[object]:
     ]
 
 
-def _plots(report: EmulationReport, directory: Path) -> list[Path]:
+def _png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    return buffer.getvalue()
+
+
+def _plots(report: EmulationReport) -> tuple[bytes, bytes]:
+    """The SCT CDF and the bar chart against the simulator, as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cdf_path = directory / "sct_cdf.png"
     figure, axes = plt.subplots(figsize=(6, 4))
     for policy in report.policies():
         values = sorted(sct for run in report.of(policy) for sct in run.scts_s)
@@ -166,10 +183,9 @@ def _plots(report: EmulationReport, directory: Path) -> list[Path]:
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(cdf_path, dpi=120)
+    cdf_png = _png(figure)
     plt.close(figure)
 
-    bar_path = directory / "avg_sct.png"
     means = summary(report)
     policies = list(means)
     figure, axes = plt.subplots(figsize=(6, 4))
@@ -191,6 +207,6 @@ def _plots(report: EmulationReport, directory: Path) -> list[Path]:
     axes.set_title("Emulation against the simulator's prediction")
     axes.legend()
     figure.tight_layout()
-    figure.savefig(bar_path, dpi=120)
+    bar_png = _png(figure)
     plt.close(figure)
-    return [cdf_path, bar_path]
+    return cdf_png, bar_png

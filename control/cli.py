@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -29,7 +32,7 @@ class OneLineErrors(argparse.ArgumentParser):
     command (argparse prints the whole usage first, five to ten lines)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {shortened(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,13 +64,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
     except UserError as error:
         print(f"beamer: error: {shortened(str(error))}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("beamer: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _output_closed()
     return status
+
+
+def _output_closed() -> int:
+    """Standard output was closed by its reader (``beamer ... | head``): stop quietly, as
+    a command killed by SIGPIPE does, rather than with a traceback; the interpreter's
+    last flush of what is left would fail again, so what is left goes nowhere."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from control.events import (
 from control.files import read_bytes, read_text
 from control.interrupts import restore_handlers
 from control.model import CoflowKey
+from control.options import integer, number
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import warm_up as warm_up_policies
 from control.policies.base import Policy, Ranking
@@ -63,7 +64,7 @@ def register(subparsers: Any) -> None:
         required=True,
         help="scheduling policy (e.g. beamer, aalo, beamer-lookahead:tail_weight=2)",
     )
-    run.add_argument("--queues", type=int, default=8, help="priority classes K (1..8)")
+    run.add_argument("--queues", type=integer, default=8, help="priority classes K (1..8)")
     run.add_argument(
         "--quantize",
         choices=("rank", "exponential"),
@@ -93,7 +94,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--p4", type=Path, default=DEFAULT_P4, help="P4 source (embedded target)")
     run.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (bmv2 target)")
     run.add_argument("--p4info", type=Path, help="p4c's P4Info text file (bmv2 target)")
-    run.add_argument("--counter-interval", type=float, default=1.0, help="seconds between reads")
+    run.add_argument("--counter-interval", type=number, default=1.0, help="seconds between reads")
     run.add_argument(
         "--journal",
         type=Path,
@@ -102,7 +103,7 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument(
         "--events-timeout",
-        type=float,
+        type=number,
         default=REQUEST_TIMEOUT_S,
         help="seconds a client has to send one whole request (default %(default)s)",
     )

@@ -69,6 +69,8 @@ def read_bytes(
     not a ``what``"; a FIFO without a writer would block for ever), a file too large
     or unreadable. The size is checked on ``stat`` and again while reading.
     """
+    if "\0" in str(path):  # os.stat would raise ValueError: no file has such a name
+        raise UserError(f"{str(path)!r}: not a file name (it holds a NUL character)")
     try:
         # stat first: a FIFO or a device is refused without being opened.
         _check_regular(path, os.stat(path), what, max_bytes)

@@ -2,21 +2,65 @@
 
 from __future__ import annotations
 
+import argparse
+
+from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
+
+PLAINLY = "digits 0-9 only, no '_'"
+"""What :func:`integer` and :func:`number` ask of a value they refuse for its spelling."""
+
+
+def integer(text: str) -> int:
+    """An integer option (argparse ``type``): like ``int``, but ASCII digits without '_',
+    as every other number the project reads (``int`` also takes '١٠' and '1_0')."""
+    if not written_plainly(text):
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} ({PLAINLY})")
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+def number(text: str) -> float:
+    """A number option (argparse ``type``): like ``float``, spelled as :func:`integer`
+    asks; the command checks the range (NaN and infinities included)."""
+    if not written_plainly(text):
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} ({PLAINLY})")
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+
+
+def seed(text: str) -> int:
+    """A seed option (argparse ``type``): a whole number of ASCII digits. A negative seed
+    draws the same workload as its absolute value (``random.Random`` takes ``abs``)."""
+    if not is_decimal(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"invalid int value: {text!r} (a seed is a whole number >= 0)"
+        )
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() converts
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
 def parse_seeds(text: str, option: str = "--seeds") -> tuple[int, ...]:
-    """Comma-separated integer seeds, each once: a seed given twice would run twice and
-    weigh twice in every mean."""
+    """Comma-separated seeds (whole numbers >= 0), each once: a seed given twice would run
+    twice and weigh twice in every mean."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not all(is_decimal(part) for part in parts):
+        raise UserError(f"{option}: {text!r} is not a comma-separated list of whole numbers >= 0")
     try:
-        seeds = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"{option}: {text!r} is not a comma-separated list of integers") from None
+        seeds = tuple(int(part) for part in parts)
+    except ValueError:  # more digits than int() converts
+        raise UserError(f"{option}: {text!r} is not a comma-separated list of seeds") from None
     if not seeds:
         raise UserError(f"{option}: no seed given")
     seen: set[int] = set()
-    for seed in seeds:
-        if seed in seen:
-            raise UserError(f"{option}: seed {seed} given more than once")
-        seen.add(seed)
+    for value in seeds:
+        if value in seen:
+            raise UserError(f"{option}: seed {value} given more than once")
+        seen.add(value)
     return seeds

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from control.addresses import is_decimal
 from control.errors import UserError
 from control.files import (
     atomic_write_all_bytes,
@@ -21,7 +22,9 @@ from control.files import (
     writable_directory,
 )
 from control.model import StageKey, Workload
+from control.options import integer, number
 from control.options import parse_seeds as seed_list
+from control.options import seed as seed_option
 from control.policies import POLICIES
 from control.policies.spec import policy_from_spec
 from control.quantize import STRATEGIES, Strategy
@@ -49,9 +52,11 @@ def register(subparsers: Any) -> None:
         help=f"comma-separated, from: {', '.join(POLICIES)}; or beamer:knob=value;... "
         "for a Beamer variant (knobs in control/policies/beamer.py)",
     )
-    parser.add_argument("--seed", type=int, default=None, help="one workload seed (default 1)")
+    parser.add_argument(
+        "--seed", type=seed_option, default=None, help="one workload seed (default 1)"
+    )
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 1,2,3")
-    parser.add_argument("--load", type=float, default=None, help="offered load (hp-tuning: 0.8)")
+    parser.add_argument("--load", type=number, default=None, help="offered load (hp-tuning: 0.8)")
     parser.add_argument(
         "--queues", default="ideal", help="K classes, 'ideal' (unlimited), or a list: ideal,8"
     )
@@ -76,7 +81,7 @@ def add_executor_flags(parser: argparse.ArgumentParser) -> None:
     """``--jobs``, ``--executor local|ray`` and ``--ray-address`` (shared with ``beamer sweep``)."""
     parser.add_argument(
         "--jobs",
-        type=int,
+        type=integer,
         default=min(os.cpu_count() or 1, 4),
         help="runs in parallel worker processes, or a local Ray's CPUs (default: CPUs, at most 4)",
     )
@@ -108,12 +113,9 @@ def parse_queues(text: str) -> list[int | None]:
         if part == "ideal":
             modes.append(None)
             continue
-        try:
-            k = int(part)
-        except ValueError:
-            raise UserError(
-                f"--queues: {part!r} is neither 'ideal' nor a number of classes"
-            ) from None
+        if not is_decimal(part) or len(part) > 4:
+            raise UserError(f"--queues: {part!r} is neither 'ideal' nor a number of classes")
+        k = int(part)
         if not 1 <= k <= 64:
             raise UserError(f"--queues: {k} classes is outside 1..64")
         modes.append(k)

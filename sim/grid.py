@@ -418,7 +418,14 @@ def _seeds(document: _Map) -> list[int]:
         or not value
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     ):
-        raise _FieldError(_line(document, "seeds"), "seeds", "must be a non-empty list of integers")
+        raise _FieldError(
+            _line(document, "seeds"), "seeds", "must be a non-empty list of integers >= 0"
+        )
+    for index, seed in enumerate(value):
+        if seed < 0:  # it would draw the same workload as -seed (random.Random takes abs)
+            raise _FieldError(
+                _line(value, index), f"seeds[{index}]", f"{seed} is negative (seeds are >= 0)"
+            )
     if len(set(value)) != len(value):
         raise _FieldError(_line(document, "seeds"), "seeds", "names a seed twice")
     return list(value)

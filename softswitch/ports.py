@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from control.addresses import is_decimal
 from control.errors import UserError
 from softswitch.netns import run_in_netns
 
@@ -104,10 +105,9 @@ def parse_interface_spec(text: str) -> InterfaceSpec:
     port_text, at, interface = text.partition("@")
     if not at or not port_text or not interface:
         raise UserError(f"-i {text}: expected PORT@INTERFACE, e.g. 1@veth1")
-    try:
-        port = int(port_text, 10)
-    except ValueError:
-        raise UserError(f"-i {text}: port {port_text!r} is not a number") from None
+    if not is_decimal(port_text) or len(port_text) > 3:
+        raise UserError(f"-i {text}: port {port_text!r} is not a number from 0 to {DROP_PORT - 1}")
+    port = int(port_text)
     if not 0 <= port < DROP_PORT:
         raise UserError(f"-i {text}: port must be between 0 and {DROP_PORT - 1} (511 drops)")
     if len(interface) >= 16 or "/" in interface or interface in {".", ".."}:

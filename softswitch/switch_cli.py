@@ -18,9 +18,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from control.addresses import is_decimal
 from control.errors import UserError
 from control.files import read_bytes
 from control.interrupts import restore_handlers
+from control.options import integer, number
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import (
@@ -117,10 +119,7 @@ def register(subparsers: Any) -> None:
 
 def _int_in(low: int, high: int) -> Any:
     def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        value = integer(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
         return value
@@ -130,10 +129,7 @@ def _int_in(low: int, high: int) -> Any:
 
 def _float_in(low: float, high: float) -> Any:
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        value = number(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be a number in {low:g}..{high:g}, got {text}")
         return value
@@ -145,8 +141,6 @@ def load_program(path: Path) -> CompiledProgram:
     """A device config from ``beamer compile``, or P4 source compiled on the spot."""
     from softswitch.frontend import CompiledProgram, compile_file
 
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
     if path.suffix == ".p4":
         return compile_file(path)
     try:
@@ -159,6 +153,17 @@ def load_program(path: Path) -> CompiledProgram:
         raise UserError(
             f"{path}: not a device config written by `beamer compile`: {error}"
         ) from None
+
+
+def check_server_address(text: str) -> None:
+    """``--grpc-server-addr`` as gRPC takes it (``HOST:PORT``, ``ipv4:``/``ipv6:``/``dns:``
+    forms, ``unix:PATH``), its port checked here: gRPC reads a port above 65535 modulo
+    65536 (``:99999`` served on 34463) and an empty address would quietly mean none."""
+    if text.startswith("unix:") and len(text) > len("unix:"):
+        return
+    _, colon, port = text.rpartition(":")
+    if not colon or not is_decimal(port) or len(port) > 5 or int(port) > 65535:
+        raise UserError(f"--grpc-server-addr: {text!r} is not HOST:PORT with a port in 0..65535")
 
 
 def check_interfaces(specs: list[InterfaceSpec]) -> None:
@@ -196,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     )
     specs = [parse_interface_spec(text) for text in args.interfaces]
     check_interfaces(specs)
+    if args.grpc_server_addr is not None:
+        check_server_address(args.grpc_server_addr)
     program = None if args.no_p4 else load_program(args.config)
 
     stop = threading.Event()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -10,6 +11,7 @@ from typing import Any
 
 from bmv2_topos.cli import add_network_options
 from control.errors import UserError
+from control.options import integer, number
 
 MAX_TRIALS = 32
 """Every trial of the search runs at once on the machine (see tuner.run.trial_cpus)."""
@@ -32,14 +34,16 @@ def register(subparsers: Any) -> None:
         default="beamer",
         help="comma-separated policies, e.g. beamer,fair,sincronia (default beamer)",
     )
-    tune.add_argument("--trials", type=int, default=10, help="trials of the search (default 10)")
     tune.add_argument(
-        "--max-t", type=int, default=4, help="HyperBand's max_t in iterations (default 4)"
+        "--trials", type=integer, default=10, help="trials of the search (default 10)"
     )
     tune.add_argument(
-        "--eta", type=float, default=2.0, help="HyperBand's reduction factor (default 2)"
+        "--max-t", type=integer, default=4, help="HyperBand's max_t in iterations (default 4)"
     )
-    tune.add_argument("--workers", type=int, default=2, help="data-parallel workers per trial")
+    tune.add_argument(
+        "--eta", type=number, default=2.0, help="HyperBand's reduction factor (default 2)"
+    )
+    tune.add_argument("--workers", type=integer, default=2, help="data-parallel workers per trial")
     tune.add_argument("--sync", choices=("ring", "ps"), default="ring", help="all-reduce pattern")
     tune.add_argument(
         "--scheduler",
@@ -53,12 +57,22 @@ def register(subparsers: Any) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
-    from bmv2_topos.cli import network_seeds
-    from bmv2_topos.report import table, write_outputs
+    from bmv2_topos.cli import network_seeds, output_directory_for
+    from bmv2_topos.report import OUTPUT_NAMES, table, write_outputs
     from control.policies import get_policy
     from control.topology import load_topology
-    from tuner.run import TuneOptions, run_searches, summary_json, tuner_table
+    from tuner.run import (
+        TUNER_OUTPUT_NAMES,
+        TuneOptions,
+        run_searches,
+        summary_json,
+        tuner_table,
+    )
 
+    if importlib.util.find_spec("ray") is None:
+        raise UserError(
+            "beamer tune needs Ray: install the project's ray extra (pip install '.[ray]')"
+        )
     seeds = network_seeds(args)
     policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     if not policies:
@@ -87,6 +101,7 @@ def run_tune(args: argparse.Namespace) -> int:
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
             f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"
         )
+    out = output_directory_for(args.out, [*OUTPUT_NAMES, *TUNER_OUTPUT_NAMES])
     netns.require_congestion_control(args.congestion_control)
     netns.require_root()
     options = TuneOptions(
@@ -106,10 +121,10 @@ def run_tune(args: argparse.Namespace) -> int:
         p4info=args.p4info,
     )
     report = run_searches(options)
-    if args.out is not None:
-        for path in write_outputs(report.emulation, args.out):
+    if out is not None:
+        for path in write_outputs(report.emulation, out):
             print(f"wrote {path}", file=sys.stderr)
-        for path in report.write_tuner_outputs(args.out):
+        for path in report.write_tuner_outputs(out):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         json.dump(summary_json(report), sys.stdout, indent=2, sort_keys=True)

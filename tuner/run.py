@@ -114,6 +114,10 @@ class SearchOutcome:
         return statistics.fmean(values) if values else None
 
 
+TUNER_OUTPUT_NAMES = ("tuner.csv", "iterations.csv")
+"""The files :meth:`TuneReport.write_tuner_outputs` writes."""
+
+
 @dataclass
 class TuneReport:
     emulation: EmulationReport = field(default_factory=EmulationReport)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.options import integer, number, seed
 from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
 from workloads.hp_tuning import HpTuningConfig, shrink_changes
@@ -32,14 +33,14 @@ def register(subparsers: Any) -> None:
         description="Generate an HP-tuning workload (or convert the FB2010 trace) to JSON.",
     )
     generate.add_argument("--kind", choices=("hp-tuning", "fb2010"), default="hp-tuning")
-    generate.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    generate.add_argument("--seed", type=seed, default=1, help="random seed (default 1)")
     generate.add_argument(
-        "--load", type=float, default=None, help="target offered load (hp-tuning default 0.8)"
+        "--load", type=number, default=None, help="target offered load (hp-tuning default 0.8)"
     )
-    generate.add_argument("--jobs", type=int, default=None, help="number of tuning jobs")
-    generate.add_argument("--hosts", type=int, default=None, help="number of hosts")
+    generate.add_argument("--jobs", type=integer, default=None, help="number of tuning jobs")
+    generate.add_argument("--hosts", type=integer, default=None, help="number of hosts")
     generate.add_argument(
-        "--link-bps", type=float, default=None, help="host link rate in bit/s (default 10e9)"
+        "--link-bps", type=number, default=None, help="host link rate in bit/s (default 10e9)"
     )
     generate.add_argument(
         "--mix",
@@ -53,11 +54,14 @@ def register(subparsers: Any) -> None:
         help=f"comma-separated models the trials train (default all: {', '.join(MODELS)})",
     )
     generate.add_argument(
-        "--eta", type=int, default=None, help="reduction factor of every job (default: per shape)"
+        "--eta",
+        type=integer,
+        default=None,
+        help="reduction factor of every job (default: per shape)",
     )
     generate.add_argument(
         "--max-trials",
-        type=int,
+        type=integer,
         default=None,
         help="maximum budget R of every job: the widest stage starts at most R trials",
     )
@@ -66,7 +70,7 @@ def register(subparsers: Any) -> None:
     )
     generate.add_argument(
         "--time-scale",
-        type=float,
+        type=number,
         default=None,
         help="multiply every duration by this factor, shrinking bytes to keep the shape",
     )
@@ -79,7 +83,7 @@ def register(subparsers: Any) -> None:
         description="Summarise a workload: hp-tuning, fb2010, or a JSON / trace file.",
     )
     show.add_argument("workload", help="hp-tuning, fb2010, or a file")
-    show.add_argument("--seed", type=int, default=1, help="seed for hp-tuning (default 1)")
+    show.add_argument("--seed", type=seed, default=1, help="seed for hp-tuning (default 1)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=_show)
 
@@ -102,7 +106,7 @@ def register(subparsers: Any) -> None:
     )
     offline.add_argument("trace", help="fb2010, or a Coflow-Benchmark trace file")
     offline.add_argument(
-        "--max-flows", type=int, default=None, help="keep coflows of at most this many pairs"
+        "--max-flows", type=integer, default=None, help="keep coflows of at most this many pairs"
     )
     offline.add_argument(
         "--keep-mb", action="store_true", help="keep the reducers' MB as they are (no rounding)"

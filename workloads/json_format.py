@@ -199,7 +199,16 @@ def loads(text: str, source: str = "<string>") -> Workload:
 
 
 def _path_name(path: JsonPath) -> str:
-    return "$" + "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)
+    """``$.a[0].b``; a key that is not a plain name (``meta`` takes any) is quoted, so
+    that a newline or a control character in it cannot break the error's one line."""
+    return "$" + "".join(
+        f"[{step}]"
+        if isinstance(step, int)
+        else f".{step}"
+        if step.isidentifier()
+        else f"[{json.dumps(step)}]"
+        for step in path
+    )
 
 
 # -- finding the line of a value ------------------------------------------

@@ -107,7 +107,16 @@ def parse_models(text: str | Sequence[str]) -> tuple[str, ...] | None:
             get_model(name)
         except UserError as error:
             raise UserError(f"models: {error}") from None
+    _once(names, "models")
     return tuple(names)
+
+
+def _once(names: Sequence[str], field: str) -> None:
+    """Refuse a name given twice: a job draws from the list, so a name twice would be
+    drawn twice as often (and another workload than the list without it)."""
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise UserError(f"{field}: {name!r} given more than once")
 
 
 def parse_sync(text: str | Sequence[str]) -> tuple[Pattern, ...] | None:
@@ -126,4 +135,5 @@ def parse_sync(text: str | Sequence[str]) -> tuple[Pattern, ...] | None:
             raise UserError(f"sync: {name!r} is not one of ring, ps, both")
     if not patterns:
         raise UserError("sync: no pattern given")
+    _once(patterns, "sync")
     return None if set(patterns) == set(SYNC_PATTERNS) else tuple(patterns)

@@ -1,0 +1,266 @@
+"""More hostile input to `beamer` and the benchmarks: one line, exit status 2, and
+nothing started or written when the input is wrong."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from control.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_WORKLOAD = REPO / "tests" / "data" / "tiny_workload.json"
+GRID = """\
+policies: [fair]
+seeds: {seeds}
+figures:
+  - name: f
+    vary: {{workload: [{workload}]}}
+"""
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = int(exit_.code or 0)
+    return status, capsys.readouterr().err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def no_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail the test (rather than run for minutes, or for ever) if a command gets past its
+    checks: `emulate` or `tune` to building a network, `simulate` to loading a workload,
+    `switch` to starting."""
+    import sim.cli
+    import softswitch.switch_cli
+    from bmv2_topos import netns
+
+    def started(*args: object, **kwargs: object) -> None:
+        pytest.fail("the command would start: the input was not refused before")
+
+    monkeypatch.setattr(netns, "require_root", started)
+    monkeypatch.setattr(sim.cli, "_prepared", started)
+    monkeypatch.setattr(softswitch.switch_cli, "Switch", started)
+    yield
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # int() and float() also read other scripts' digits and '_'.
+        (["simulate", "--jobs", "\u0661"], "argument --jobs: invalid int value: '\u0661'"),
+        (["simulate", "--load", "0_8"], "argument --load: invalid float value: '0_8'"),
+        (["simulate", "--queues", "\u0668"], "--queues: '\u0668' is neither 'ideal'"),
+        (["workload", "offline", "fb2010", "--max-flows", "1_0", "--out", "OUT"], "--max-flows"),
+        (["switch", "--no-p4", "--priority-queues", "\u0668"], "invalid int value: '\u0668'"),
+        (["switch", "--no-p4", "-i", "\u0661@veth0"], "port '\u0661' is not a number"),
+        (["controller", "--topo", "t", "--policy", "fair", "--queues", "\u0668"], "--queues"),
+        # random.Random(-1) draws what random.Random(1) draws: the same workload twice.
+        (["simulate", "--seed", "-1"], "argument --seed: invalid int value: '-1' (a seed is"),
+        (["simulate", "--seeds", "1,-1"], "--seeds: '1,-1' is not a comma-separated list"),
+        (
+            ["workload", "generate", "--seed", "-1", "--out", "OUT"],
+            "--seed: invalid int value: '-1' (a seed is",
+        ),
+        (["emulate", "--seeds", "\u0661"], "--seeds: '\u0661' is not"),
+    ],
+)
+def test_numbers_are_ascii_digits_and_seeds_not_negative(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    argv: list[str],
+    message: str,
+) -> None:
+    out = tmp_path / "out.txt"
+    status, err = run([str(out) if arg == "OUT" else arg for arg in argv], capsys)
+    assert status == 2
+    assert message in one_line(err)
+    assert not out.exists()
+
+
+def test_a_huge_option_value_is_shortened_in_the_argument_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, err = run(["simulate", "--seed", "9" * 100_000], capsys)
+    assert status == 2
+    line = one_line(err)
+    assert len(line) < 2100 and "characters left out" in line
+
+
+class _ClosedPipe:
+    """Standard output whose reader went away (``beamer ... | head``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor")
+
+
+def test_a_closed_output_pipe_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(["workload", "show", str(TINY_WORKLOAD), "--json"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("seeds", "workload", "message"),
+    [
+        ("[1, -1]", "hp-tuning", ":2: seeds[1]: -1 is negative"),
+        ("[1]", '"a\\0b"', "workload: 'a\\x00b': not a file name (it holds a NUL character)"),
+    ],
+)
+def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    seeds: str,
+    workload: str,
+    message: str,
+) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID.format(seeds=seeds, workload=workload), encoding="utf-8")
+    status, err = run(["sweep", str(grid), "--out", str(tmp_path / "out")], capsys)
+    assert status == 2
+    assert message in one_line(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_json_key_with_a_newline_is_quoted_in_the_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.json"
+    text = TINY_WORKLOAD.read_text(encoding="utf-8")
+    path.write_text(text.replace('"meta": {', '"meta": {"a\\nb": 1, '), encoding="utf-8")
+    status, err = run(["workload", "show", str(path)], capsys)
+    assert status == 2
+    assert '$.meta["a\\nb"]: expected a string' in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--models", "resnet50,vgg16,resnet50"), ("--sync", "ring,ring")]
+)
+def test_a_model_or_pattern_given_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    out = tmp_path / "w.json"
+    status, err = run(["workload", "generate", flag, value, "--out", str(out)], capsys)
+    assert status == 2
+    assert f"{flag}: '{value.split(',')[0]}' given more than once" in one_line(err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "", "127.0.0.1:\u0669\u0665\u0665\u0669"])
+def test_switch_refuses_a_server_port_grpc_would_read_modulo_65536(
+    capsys: pytest.CaptureFixture[str], no_runs: None, address: str
+) -> None:
+    status, err = run(["switch", "--no-p4", "--grpc-server-addr", address], capsys)
+    assert status == 2
+    assert "--grpc-server-addr: " in one_line(err)
+
+
+def test_switch_says_a_config_that_is_a_directory_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = run(["switch", str(tmp_path)], capsys)
+    assert status == 2
+    assert f"{tmp_path}: is a directory, not a device config" in one_line(err)
+
+
+@pytest.mark.parametrize("command", ["emulate", "tune"])
+def test_emulate_and_tune_check_out_before_the_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_runs: None, command: str
+) -> None:
+    if command == "tune":
+        pytest.importorskip("ray")
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("keep")
+    status, err = run([command, "--out", str(in_the_way)], capsys)
+    assert status == 2
+    assert f"--out {in_the_way}: exists and is not a directory" in one_line(err)
+    assert in_the_way.read_text() == "keep"
+
+
+def test_emulate_checks_its_policies_before_the_runs(
+    capsys: pytest.CaptureFixture[str], no_runs: None
+) -> None:
+    status, err = run(["emulate", "--policies", "fair,nosuch"], capsys)
+    assert status == 2
+    assert "--policies: unknown policy 'nosuch'" in one_line(err)
+
+
+@pytest.mark.parametrize("scheduler", ["hyperband", "asha"])
+def test_tune_without_ray_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    scheduler: str,
+) -> None:
+    for name in ("ray", "ray.tune", "ray.tune.schedulers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    status, err = run(["tune", "--scheduler", scheduler], capsys)
+    assert status == 2
+    assert "beamer tune needs Ray" in one_line(err)
+
+
+def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
+    from bmv2_topos.agent import StageRecord
+    from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
+    from bmv2_topos.report import write_outputs
+    from control.errors import UserError
+
+    run_result = RunResult(
+        key=RunKey("beamer", 1),
+        stages=[StageRecord(0, 0, 0.0, 3.0)],
+        alone_s={(0, 0): 1.0},
+        wall_s=5.0,
+        predicted_sct_s={(0, 0): 2.0},
+    )
+    (tmp_path / "avg_sct.png").mkdir()  # the last output cannot be written
+    with pytest.raises(UserError, match=r"avg_sct\.png: cannot write: is a directory"):
+        write_outputs(EmulationReport([run_result]), tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["avg_sct.png"]
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("bench.bench_sim", ["--repeats", "0"], "--repeats: 0 is below 1"),
+        ("bench.bench_tune_trainable", ["--hidden-width", "0"], "--hidden-width: 0 is not"),
+        ("bench.sim_agreement", ["--jobs", "0"], "--jobs: 0 is not between 1 and"),
+        ("bench.sim_agreement", ["--queues", "x"], "--queues: 'x' is neither"),
+    ],
+)
+def test_benchmark_arguments_out_of_range_are_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: str,
+    argv: list[str],
+    message: str,
+) -> None:
+    import importlib
+
+    from bench.common import run_command
+
+    bench = importlib.import_module(module)
+    monkeypatch.setattr(sys, "argv", [module, *argv])
+    with pytest.raises(SystemExit) as exited:
+        run_command(bench.main)
+    assert exited.value.code == 2
+    assert message in one_line(capsys.readouterr().err)
