@@ -96,6 +96,53 @@ def embedded_switch() -> Iterator[P4RuntimeServer]:
         switch.close()
 
 
+@dataclass
+class StartedController:
+    """A ``beamer controller`` process whose standard error is read into ``lines``;
+    ``announced`` is set with ``address`` and ``socket`` once it logs its events API."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    announced: threading.Event = field(default_factory=threading.Event)
+    address: tuple[str, int] = ("", 0)
+    socket: Path = Path()
+
+    def read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            match = re.search(r"events API on http://([\d.]+):(\d+) and unix:(\S+)", line)
+            if match and not self.announced.is_set():
+                self.address = (match.group(1), int(match.group(2)))
+                self.socket = Path(match.group(3))
+                self.announced.set()
+
+
+@contextmanager
+def started_controller(
+    argv: Sequence[str], env: dict[str, str] | None = None
+) -> Iterator[StartedController]:
+    """Run ``argv`` (a controller command line); at exit, SIGTERM and a clean exit are
+    expected of a process still running, and whatever is left is killed."""
+    process = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    started = StartedController(process)
+    reader = threading.Thread(target=started.read_stderr, daemon=True)
+    reader.start()
+    try:
+        yield started
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, "".join(started.lines)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        reader.join(timeout=5)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
 @contextmanager
 def controller_process(
     directory: Path,
@@ -110,47 +157,15 @@ def controller_process(
     ``env`` whose temporary directory is the test's own)."""
     topo = write_topology(directory, grpc_addr)
     socket_path = None if default_socket else directory / "controller.sock"
-    process = subprocess.Popen(
-        controller_argv(topo, socket_path, policy, extra),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    found = threading.Event()
-    address: list[tuple[str, int]] = []
-    sockets: list[Path] = []
-
-    def read_stderr() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line)
-            match = re.search(r"events API on http://([\d.]+):(\d+) and unix:(\S+)", line)
-            if match and not found.is_set():
-                address.append((match.group(1), int(match.group(2))))
-                sockets.append(Path(match.group(3)))
-                found.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    try:
+    argv = controller_argv(topo, socket_path, policy, extra)
+    with started_controller(argv, env) as started:
+        lines = started.lines
         deadline = time.monotonic() + 90
-        while not found.wait(0.1):
-            assert process.poll() is None, "".join(lines)
+        while not started.announced.wait(0.1):
+            assert started.process.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, "controller did not start: " + "".join(lines)
-        host, port = address[0]
-        yield ControllerProcess(process, host, port, sockets[0], lines)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, "".join(lines)
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-        reader.join(timeout=5)
-        if process.stderr is not None:
-            process.stderr.close()
+        host, port = started.address
+        yield ControllerProcess(started.process, host, port, started.socket, lines)
 
 
 @contextmanager

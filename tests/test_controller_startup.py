@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 import socket
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controller_process import REPO, controller_argv
+from controller_process import controller_argv, started_controller
 
 from control.events import EventClient
 
@@ -66,31 +62,13 @@ def test_status_answers_while_switches_are_brought_up(
     tmp_path: Path, silent_switches: list[str]
 ) -> None:
     socket_path = tmp_path / "controller.sock"
-    process = subprocess.Popen(
-        controller_argv(_line_topology(tmp_path, silent_switches), socket_path),
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read_stderr() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line)
-            if "events API on" in line:
-                started.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    try:
+    argv = controller_argv(_line_topology(tmp_path, silent_switches), socket_path)
+    with started_controller(argv) as started:
         deadline = time.monotonic() + 60
         status = None
         while status is None:
-            assert process.poll() is None, "".join(lines)
-            assert time.monotonic() < deadline, "no answer: " + "".join(lines)
+            assert started.process.poll() is None, "".join(started.lines)
+            assert time.monotonic() < deadline, "no answer: " + "".join(started.lines)
             if socket_path.exists():
                 with EventClient(socket_path, timeout_s=5) as client:
                     status = client.status()
@@ -98,18 +76,9 @@ def test_status_answers_while_switches_are_brought_up(
                 time.sleep(0.05)
         # Answered before the start-up had tried every switch (each one costs it a
         # connection timeout): the API did not wait for it.
-        assert not started.is_set(), "".join(lines)
+        assert not started.announced.is_set(), "".join(started.lines)
         states = {switch["name"]: switch["state"] for switch in status["switches"]}
         assert set(states) == {f"s{i + 1}" for i in range(SWITCHES)}
         assert "ready" not in states.values()
-        assert started.wait(60), "".join(lines)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, "".join(lines)
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-        reader.join(timeout=5)
-        if process.stderr is not None:
-            process.stderr.close()
+        assert started.announced.wait(60), "".join(started.lines)
     assert not socket_path.exists()

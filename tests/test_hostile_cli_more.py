@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_hostile_files_cli import run
 
 from control.cli import main
 
@@ -20,14 +21,6 @@ figures:
   - name: f
     vary: {{workload: [{workload}]}}
 """
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        status = main(argv)
-    except SystemExit as exit_:
-        status = int(exit_.code or 0)
-    return status, capsys.readouterr().err
 
 
 def one_line(err: str) -> str:
