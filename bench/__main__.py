@@ -9,11 +9,12 @@ process so that one benchmark's imports and threads cannot skew another's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from control.cli import OneLineErrors
 
 BENCH_DIR = Path(__file__).resolve().parent
 STUDIES = frozenset({"bench_headroom", "bench_rollout"})
@@ -38,7 +39,7 @@ def run_one(name: str, quick: bool) -> object:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = OneLineErrors(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="short runs for a smoke test")
     args = parser.parse_args()

@@ -36,7 +36,6 @@ search budget delays the searched order, not the reply.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from typing import Any, ClassVar
 from bench.bench_controller import BEAMER_P4, switch_process, topology
 from bench.common import emit, run_command
 from bench.heldout import mix_workload
+from control.cli import OneLineErrors
 from control.controller import Controller, ControllerConfig
 from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
@@ -196,7 +196,7 @@ def summary(samples: list[float]) -> dict[str, float] | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the first 4 arrivals only")
     parser.add_argument("--arrivals", type=int, default=16, help="experiments released")
     parser.add_argument(

@@ -4,11 +4,10 @@ all measured in the same run (each checked to give the same order first)."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from bench.common import emit, median_seconds
+from control.cli import OneLineErrors
 from control.policies.bssi import bssi_order, bssi_order_numpy, bssi_order_plain
 
 
@@ -20,7 +19,7 @@ def workload(stages: int, ports: int, seed: int = 1) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     stages, ports = (200, 60) if args.quick else (1000, 300)

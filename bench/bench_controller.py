@@ -41,6 +41,7 @@ from google.protobuf.internal import api_implementation
 from p4.v1 import p4runtime_pb2
 
 from bench.common import emit, stop_child
+from control.cli import OneLineErrors
 from control.controller import Controller, ControllerConfig
 from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
@@ -318,7 +319,7 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineErrors(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer events, one run")
     parser.add_argument(
         "--policies",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit, stop_child
+from control.cli import OneLineErrors
 
 HALF_SENT = (
     b"POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -117,7 +118,7 @@ def _stream_big_body(host: str, port: int) -> tuple[int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -41,7 +41,6 @@ the tuning seeds 1–10); a policy is a name or ``beamer:knob=value;...``.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -53,9 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import emit, parse_seed_ranges, run_command, worker_pool
+from bench.common import (
+    emit,
+    parse_seed_ranges,
+    run_command,
+    worker_count,
+    worker_pool,
+)
 from bench.heldout import SHAPE_MIXES, mix_workload, sct_figures
 from bench.heldout import summarize as summarize_against_sincronia
+from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
 from control.policies.base import BasePolicy
@@ -500,9 +506,9 @@ def main() -> None:
 
 
 def run_main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 1,4,7")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=worker_count, default=2)
     parser.add_argument("--evals", type=int, default=150, help="simulations per seed (local)")
     parser.add_argument("--exhaustive", type=int, default=120, help="largest n! searched whole")
     parser.add_argument("--policies", default=",".join(POLICIES))

@@ -4,18 +4,18 @@ in the same run, and the whole workload read (``workloads.json_format.loads``)."
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 from bench.common import emit, median_seconds
+from control.cli import OneLineErrors
 from control.files import parse_json
 from workloads import json_format
 from workloads.hp_tuning import HpTuningConfig, generate
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     jobs = 40 if args.quick else 400

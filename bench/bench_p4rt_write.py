@@ -13,7 +13,6 @@ controller's side of a 1,000-entry reorder (building the MODIFYs and the request
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
@@ -27,6 +26,7 @@ from google.protobuf.internal import api_implementation
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from bench.common import emit
+from control.cli import OneLineErrors
 from control.entries import ActionCall as ControllerAction
 from control.entries import EntryKey as ControllerKey
 from control.entries import Exact, WriteStep, batches
@@ -294,7 +294,7 @@ def controller_costs(program: CompiledProgram, ids: Ids, repeats: int) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrors(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer entries and runs")
     args = parser.parse_args()
     entries, batch, repeats = (2000, 500, 3) if args.quick else (4000, 1000, 5)

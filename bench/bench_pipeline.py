@@ -11,7 +11,6 @@ packet's CPU time goes, block by block.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit, median_seconds
+from control.cli import OneLineErrors
 from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
@@ -150,7 +150,7 @@ def packet_mix(count: int, seed: int = 1) -> list[bytes]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer packets and runs")
     args = parser.parse_args()
     count = 2_000 if args.quick else 20_000

@@ -25,7 +25,6 @@ between ``beamer`` and hindsight is a ranking rule's to take; if it stays near
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -35,7 +34,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from bench.bench_headroom import INSTANCES, avg_sct, headroom_rows, instance
-from bench.common import emit, parse_seed_ranges, run_command, worker_pool
+from bench.common import (
+    emit,
+    parse_seed_ranges,
+    run_command,
+    worker_count,
+    worker_pool,
+)
+from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
 from control.policies.base import BasePolicy, Ranking, Snapshot
@@ -219,9 +225,9 @@ def main() -> None:
 
 
 def run_main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-10", help="e.g. 1-10 or 11-30")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=worker_count, default=2)
     parser.add_argument("--evals", type=int, default=20, help="improving simulations per arrival")
     parser.add_argument("--window", type=int, default=3, help="longest move, in places")
     parser.add_argument("--policies", default=",".join(POLICIES))

@@ -28,7 +28,6 @@ two runs less their ranking: the flow models against each other.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
@@ -36,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.common import emit, run_command
+from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
 from control.policies import POLICIES, get_policy, is_search
@@ -186,7 +186,7 @@ def default_policies() -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(

@@ -19,7 +19,6 @@ installed (the project's ``ray`` extra).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import emit
+from control.cli import OneLineErrors
 from sim.executors import Executor, TaskFailure, run_tasks, start_local_ray, stop_local_ray
 from sim.grid import Point
 from sim.sweep import SweepRun, sweep_run
@@ -58,7 +58,7 @@ def wall_s(fn: Callable[[Any], Any], items: Sequence[Any], executor: Executor) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer runs")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -17,7 +17,6 @@ Two measurements, one JSON object:
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import select
@@ -34,6 +33,7 @@ from typing import Any
 
 from bench.bench_pipeline import loaded_pipeline, median_cpu_seconds, packet_mix
 from bench.common import emit, median_seconds
+from control.cli import OneLineErrors
 from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.ports import LinuxPort
 from softswitch.switch import Switch, VirtualClock
@@ -345,7 +345,7 @@ def _children_cpu_s(pid: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer packets and runs")
     parser.add_argument("--no-bmv2", action="store_true", help="skip the BMv2 comparison")
     args = parser.parse_args()

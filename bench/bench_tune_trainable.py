@@ -4,11 +4,11 @@ all-reduce over loopback TCP against the same sum taken in memory in the same ru
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
 from bench.common import emit, median_seconds, run_command
+from control.cli import OneLineErrors
 from control.errors import UserError
 from tuner.allreduce import GroupHost, WorkerGroup, sync_model_bytes
 from tuner.contract import HostEndpoint, Pattern
@@ -55,7 +55,7 @@ built in memory once per worker."""
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hidden-width", type=int, default=512)
     args = parser.parse_args()

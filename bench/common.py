@@ -82,6 +82,18 @@ def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
         child.wait()
 
 
+def worker_count(text: str) -> int:
+    """``--workers`` (argparse ``type``): a whole number of processes, at least 1."""
+    import argparse
+
+    from control.options import integer
+
+    count = integer(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (at least 1)")
+    return count
+
+
 def pool_size(workers: int) -> int:
     """Worker processes for ``--workers``: at least one, at most the machine's cores
     (more would only make the runs' wall times, which the tables report, longer)."""

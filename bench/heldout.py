@@ -18,14 +18,20 @@ as the tuning on seeds 1–10 uses (a variant starts from the first design,
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from bench.common import emit, parse_seed_ranges, run_command, worker_pool
+from bench.common import (
+    emit,
+    parse_seed_ranges,
+    run_command,
+    worker_count,
+    worker_pool,
+)
+from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
 from control.policies.spec import policy_from_spec
@@ -104,11 +110,13 @@ def main() -> None:
 
 
 def run_main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="11-30", help="e.g. 11-30 (held out) or 1-10 (tuning)")
     parser.add_argument("--policies", default="beamer,beamer-v1", help="comma-separated")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
-    parser.add_argument("--workers", type=int, default=2, help="processes (at most the cores)")
+    parser.add_argument(
+        "--workers", type=worker_count, default=2, help="processes (at most the cores)"
+    )
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     seeds = parse_seed_ranges(args.seeds)

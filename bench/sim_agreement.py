@@ -10,12 +10,12 @@ the last bit. Wall times are not measured here (see :mod:`bench.bench_sim`).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
 from bench.common import emit, parse_seed_ranges, run_command
+from control.cli import OneLineErrors
 from control.errors import UserError
 from control.policies.spec import policy_from_spec
 from sim.cli import parse_queues
@@ -45,7 +45,7 @@ def agreement(fast: SimResult, reference: SimResult) -> dict[str, float | bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1,2", help="comma-separated workload seeds")
     parser.add_argument("--jobs", type=int, default=14, help="HP-tuning jobs per workload")
     parser.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated")

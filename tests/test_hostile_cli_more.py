@@ -238,6 +238,10 @@ def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
         ("bench.bench_tune_trainable", ["--hidden-width", "0"], "--hidden-width: 0 is not"),
         ("bench.sim_agreement", ["--jobs", "0"], "--jobs: 0 is not between 1 and"),
         ("bench.sim_agreement", ["--queues", "x"], "--queues: 'x' is neither"),
+        ("bench.heldout", ["--workers", "0"], "--workers: '0' is not a number of processes"),
+        ("bench.bench_headroom", ["--workers", "-1"], "--workers: '-1' is not a number"),
+        ("bench.bench_rollout", ["--workers", "\u0662"], "--workers: invalid int value"),
+        ("bench.bench_bssi", ["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )
 def test_benchmark_arguments_out_of_range_are_one_line(
