@@ -108,19 +108,11 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def policy_names(text: str, option: str) -> tuple[str, ...]:
-    """The policies of ``text`` (comma-separated, each once), every one known: a mistake
-    must not surface after the network of the first run was built."""
-    from control.policies.spec import policy_from_spec
+    """The policies of ``text``, each once and every one known, checked before a
+    mistake could surface after the network of the first run was built."""
+    from control.policies.spec import parse_policy_list
 
-    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    if not names:
-        raise UserError(f"{option}: no policy given")
-    for name in names:
-        try:
-            policy_from_spec(name)
-        except UserError as error:
-            raise UserError(f"{option}: {error}") from None
-    return names
+    return parse_policy_list(text, option)
 
 
 def output_directory_for(out: Path | None, names: Sequence[str]) -> Path | None:

@@ -26,7 +26,7 @@ from control.options import integer, number
 from control.options import parse_seeds as seed_list
 from control.options import seed as seed_option
 from control.policies import POLICIES
-from control.policies.spec import policy_from_spec
+from control.policies.spec import parse_policy_list, policy_from_spec
 from control.quantize import STRATEGIES, Strategy
 from sim.engine import FLOW_MODELS, FlowModel, SimConfig, simulate
 from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_tasks
@@ -127,15 +127,7 @@ def parse_queues(text: str) -> list[int | None]:
 
 
 def parse_policies(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise UserError("--policies: no policy given")
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise UserError(f"--policies: {', '.join(map(repr, twice))} given more than once")
-    for name in names:
-        policy_from_spec(name)
-    return names
+    return list(parse_policy_list(text))
 
 
 def mode_label(mode: int | None) -> str:

@@ -198,6 +198,20 @@ def test_emulate_checks_its_policies_before_the_runs(
     assert "--policies: unknown policy 'nosuch'" in one_line(err)
 
 
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("simulate", "--policies"), ("emulate", "--policies"), ("tune", "--policy")],
+)
+def test_a_policy_given_twice_is_refused_by_every_command(
+    capsys: pytest.CaptureFixture[str], no_runs: None, command: str, option: str
+) -> None:
+    if command == "tune":
+        pytest.importorskip("ray")
+    status, err = run([command, option, "fair,sincronia,fair"], capsys)
+    assert status == 2
+    assert f"{option}: 'fair' given more than once" in one_line(err)
+
+
 @pytest.mark.parametrize("scheduler", ["hyperband", "asha"])
 def test_tune_without_ray_says_so(
     monkeypatch: pytest.MonkeyPatch,

@@ -60,6 +60,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos.cli import network_seeds, output_directory_for
     from bmv2_topos.report import OUTPUT_NAMES, table, write_outputs
     from control.policies import get_policy
+    from control.policies.spec import parse_policy_list
     from control.topology import load_topology
     from tuner.run import (
         TUNER_OUTPUT_NAMES,
@@ -74,14 +75,7 @@ def run_tune(args: argparse.Namespace) -> int:
             "beamer tune needs Ray: install the project's ray extra (pip install '.[ray]')"
         )
     seeds = network_seeds(args)
-    policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
-    if not policies:
-        raise UserError("--policy: no policy given")
-    for policy in policies:
-        try:
-            get_policy(policy)
-        except UserError as error:
-            raise UserError(f"--policy: {error}") from None
+    policies = parse_policy_list(args.policies, "--policy", get_policy)
     if not 2 <= args.trials <= MAX_TRIALS:
         raise UserError(f"--trials: {args.trials} is out of range 2..{MAX_TRIALS}")
     if not 1 <= args.max_t <= 100:

@@ -12,6 +12,7 @@ line naming it, before any run starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from control.errors import UserError
@@ -56,3 +57,22 @@ def policy_from_spec(spec: str) -> BasePolicy:
         return factory(**kwargs)
     except (TypeError, ValueError, UserError) as error:
         raise UserError(f"policy {spec!r}: {error}") from None
+
+
+def parse_policy_list(
+    text: str, option: str = "--policies", check: Callable[[str], object] = policy_from_spec
+) -> tuple[str, ...]:
+    """Comma-separated policies, each known to ``check`` and each given once: a policy
+    given twice would run twice and count twice in every comparison."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UserError(f"{option}: no policy given")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"{option}: {', '.join(map(repr, twice))} given more than once")
+    for name in names:
+        try:
+            check(name)
+        except UserError as error:
+            raise UserError(f"{option}: {error}") from None
+    return tuple(names)
