@@ -12,7 +12,7 @@ from typing import Any
 
 from control.errors import UserError
 from control.files import output_directory, output_file, writable_directory
-from control.options import integer, number, parse_seeds, seed
+from control.options import integer, number, parse_seeds, path_option, seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
 def add_network_options(parser: Any) -> None:
     """The options of every command that runs on emulated networks (``emulate``, ``tune``):
     topology, switch target, seeds, classes, p4c's outputs for BMv2, and the outputs."""
-    parser.add_argument("--topo", type=Path, default=DEFAULT_TOPOLOGY, help="topology file")
+    parser.add_argument("--topo", type=path_option, default=DEFAULT_TOPOLOGY, help="topology file")
     parser.add_argument(
         "--target", choices=("embedded", "bmv2"), default="embedded", help="switch target"
     )
@@ -86,10 +86,12 @@ def add_network_options(parser: Any) -> None:
         help="the hosts' TCP congestion control, one the kernel has loaded "
         f"(default {DEFAULT_CONGESTION_CONTROL}, Linux's own default)",
     )
-    parser.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (with --target bmv2)")
-    parser.add_argument("--p4info", type=Path, help="p4c's P4Info text (with --target bmv2)")
+    parser.add_argument(
+        "--bmv2-json", type=path_option, help="p4c's BMv2 JSON (with --target bmv2)"
+    )
+    parser.add_argument("--p4info", type=path_option, help="p4c's P4Info text (with --target bmv2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", type=Path, help="write CSV files and PNG plots here")
+    parser.add_argument("--out", type=path_option, help="write CSV files and PNG plots here")
 
 
 def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:

@@ -37,7 +37,7 @@ from control.events import (
 from control.files import read_bytes, read_text
 from control.interrupts import restore_handlers
 from control.model import CoflowKey
-from control.options import integer, number
+from control.options import integer, number, path_option
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import warm_up as warm_up_policies
 from control.policies.base import Policy, Ranking
@@ -58,7 +58,9 @@ def register(subparsers: Any) -> None:
         description="Connects to every switch of a topology over P4Runtime, pushes the "
         "pipeline, installs forwarding, and rewrites the class tables on every workload event.",
     )
-    run.add_argument("--topo", required=True, type=Path, help="topology file (bmv2_topos/*.json)")
+    run.add_argument(
+        "--topo", required=True, type=path_option, help="topology file (bmv2_topos/*.json)"
+    )
     run.add_argument(
         "--policy",
         required=True,
@@ -91,13 +93,15 @@ def register(subparsers: Any) -> None:
         default="embedded",
         help="target of switches whose topology entry names none",
     )
-    run.add_argument("--p4", type=Path, default=DEFAULT_P4, help="P4 source (embedded target)")
-    run.add_argument("--bmv2-json", type=Path, help="p4c's BMv2 JSON (bmv2 target)")
-    run.add_argument("--p4info", type=Path, help="p4c's P4Info text file (bmv2 target)")
+    run.add_argument(
+        "--p4", type=path_option, default=DEFAULT_P4, help="P4 source (embedded target)"
+    )
+    run.add_argument("--bmv2-json", type=path_option, help="p4c's BMv2 JSON (bmv2 target)")
+    run.add_argument("--p4info", type=path_option, help="p4c's P4Info text file (bmv2 target)")
     run.add_argument("--counter-interval", type=number, default=1.0, help="seconds between reads")
     run.add_argument(
         "--journal",
-        type=Path,
+        type=path_option,
         default=None,
         help="keep accepted events in this file so a restarted controller continues",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
@@ -64,3 +65,11 @@ def parse_seeds(text: str, option: str = "--seeds") -> tuple[int, ...]:
             raise UserError(f"{option}: seed {value} given more than once")
         seen.add(value)
     return seeds
+
+
+def path_option(text: str) -> Path:
+    """A path option (argparse ``type``): an empty path would be read as ``.``, the
+    current directory, and refused as a directory without naming the option."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)

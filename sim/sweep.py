@@ -32,6 +32,7 @@ from control.files import (
     writable_directory,
 )
 from control.model import StageKey, Workload
+from control.options import path_option
 from control.policies import get_policy
 from sim.engine import SimConfig, simulate
 from sim.executors import Executor, RunsFailed, TaskFailure, run_tasks
@@ -50,7 +51,9 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("grid", type=Path, help="grid file, YAML or JSON (see docs/sweep.md)")
+    parser.add_argument(
+        "grid", type=path_option, help="grid file, YAML or JSON (see docs/sweep.md)"
+    )
     parser.add_argument(
         "--out",
         default=None,

@@ -22,7 +22,7 @@ from control.addresses import is_decimal
 from control.errors import UserError
 from control.files import read_bytes
 from control.interrupts import restore_handlers
-from control.options import integer, number
+from control.options import integer, number, path_option
 from softswitch.ports import InterfaceSpec, LinuxPort, parse_interface_spec
 from softswitch.switch import Switch
 from softswitch.traffic_manager import (
@@ -110,7 +110,7 @@ def register(subparsers: Any) -> None:
     program.add_argument(
         "config",
         nargs="?",
-        type=Path,
+        type=path_option,
         metavar="CONFIG",
         help="device config from `beamer compile` (or a .p4 source file)",
     )

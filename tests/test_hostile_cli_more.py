@@ -275,3 +275,23 @@ def test_benchmark_arguments_out_of_range_are_one_line(
         run_command(bench.main)
     assert exited.value.code == 2
     assert message in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["workload", "generate", "--out", ""], "argument --out: an empty path"),
+        (["workload", "to-trace", "tiny", "--out", ""], "argument --out: an empty path"),
+        (["sweep", ""], "argument grid: an empty path"),
+        (["controller", "--topo", ""], "argument --topo: an empty path"),
+        (["emulate", "--out", ""], "argument --out: an empty path"),
+        (["workload", "show", ""], "an empty workload name"),
+    ],
+)
+def test_an_empty_path_is_named_as_empty_not_as_the_current_directory(
+    capsys: pytest.CaptureFixture[str], no_runs: None, argv: list[str], message: str
+) -> None:
+    status, err = run(argv, capsys)
+    assert status == 2
+    line = one_line(err)
+    assert message in line and "is a directory" not in line

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.options import integer, number, seed
+from control.options import integer, number, path_option, seed
 from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
 from workloads.hp_tuning import HpTuningConfig, shrink_changes
@@ -74,7 +74,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="multiply every duration by this factor, shrinking bytes to keep the shape",
     )
-    generate.add_argument("--out", type=Path, required=True, help="output JSON file")
+    generate.add_argument("--out", type=path_option, required=True, help="output JSON file")
     generate.set_defaults(func=_generate)
 
     show = commands.add_parser(
@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
         description="Write a workload of single coflows as a Coflow-Benchmark trace.",
     )
     trace.add_argument("workload", help="fb2010, or a file")
-    trace.add_argument("--out", type=Path, required=True, help="output trace file")
+    trace.add_argument("--out", type=path_option, required=True, help="output trace file")
     trace.set_defaults(func=_to_trace)
 
     offline = commands.add_parser(
@@ -111,7 +111,7 @@ def register(subparsers: Any) -> None:
     offline.add_argument(
         "--keep-mb", action="store_true", help="keep the reducers' MB as they are (no rounding)"
     )
-    offline.add_argument("--out", type=Path, required=True, help="output trace file")
+    offline.add_argument("--out", type=path_option, required=True, help="output trace file")
     offline.set_defaults(func=_offline)
 
 

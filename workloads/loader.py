@@ -12,6 +12,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from control.errors import UserError
 from control.model import Workload
 from workloads import coflow_benchmark, hp_tuning, json_format
 from workloads.files import read_text
@@ -34,6 +35,9 @@ def load_workload(
     for ``hp-tuning``. For a trace or a file, ``load`` (when given) stretches
     the arrival times so that the offered load is ``load``; ``seed`` is unused.
     """
+    if not spec:
+        # Path("") is ".", which would be refused as a directory.
+        raise UserError(f"an empty workload name (named: {', '.join(NAMED_WORKLOADS)}; or a file)")
     if spec == "hp-tuning":
         base = config or hp_tuning.HpTuningConfig()
         chosen_load = base.load if load is None else load
