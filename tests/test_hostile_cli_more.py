@@ -295,3 +295,25 @@ def test_an_empty_path_is_named_as_empty_not_as_the_current_directory(
     assert status == 2
     line = one_line(err)
     assert message in line and "is a directory" not in line
+
+
+def test_fb2010_refuses_a_seed_it_would_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fb.json"
+    status, err = run(
+        ["workload", "generate", "--kind", "fb2010", "--seed", "5", "--out", str(out)], capsys
+    )
+    assert status == 2
+    assert "--seed applies to --kind hp-tuning only" in one_line(err)
+    assert not out.exists()
+
+
+def test_hp_tuning_without_a_seed_is_seed_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default, explicit = tmp_path / "default.json", tmp_path / "one.json"
+    assert run(["workload", "generate", "--jobs", "1", "--out", str(default)], capsys)[0] == 0
+    argv = ["workload", "generate", "--jobs", "1", "--seed", "1", "--out", str(explicit)]
+    assert run(argv, capsys)[0] == 0
+    assert default.read_bytes() == explicit.read_bytes()

@@ -33,7 +33,9 @@ def register(subparsers: Any) -> None:
         description="Generate an HP-tuning workload (or convert the FB2010 trace) to JSON.",
     )
     generate.add_argument("--kind", choices=("hp-tuning", "fb2010"), default="hp-tuning")
-    generate.add_argument("--seed", type=seed, default=1, help="random seed (default 1)")
+    generate.add_argument(
+        "--seed", type=seed, default=None, help="random seed of hp-tuning (default 1)"
+    )
     generate.add_argument(
         "--load", type=number, default=None, help="target offered load (hp-tuning default 0.8)"
     )
@@ -118,13 +120,15 @@ def register(subparsers: Any) -> None:
 def _generate(args: argparse.Namespace) -> int:
     try:
         if args.kind == "fb2010":
+            if args.seed is not None:
+                raise UserError("--seed applies to --kind hp-tuning only: fb2010 is one trace")
             for flag in SHAPE_FLAGS:
                 if getattr(args, flag) is not None:
                     raise UserError(f"--{flag.replace('_', '-')} applies to --kind hp-tuning only")
             workload = load_workload("fb2010", load=args.load)
         else:
             config = config_from_args(args)
-            workload = load_workload("hp-tuning", seed=args.seed, config=config)
+            workload = load_workload("hp-tuning", seed=config.seed, config=config)
     except SettingError as error:
         raise UserError(f"{_options_of(error.field, args)}: {error.detail}") from None
     json_format.write(workload, args.out)
@@ -145,7 +149,7 @@ def config_from_args(args: argparse.Namespace) -> HpTuningConfig:
     """
     base = HpTuningConfig()
     changes: dict[str, Any] = dict(shape_from_args(args).changes())
-    changes["seed"] = args.seed
+    changes["seed"] = 1 if args.seed is None else args.seed
     if args.load is not None:
         changes["load"] = args.load
     if args.jobs is not None:
