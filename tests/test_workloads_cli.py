@@ -167,6 +167,26 @@ def test_generate_refuses_what_show_would_refuse(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--time-scale", "1e-320"], "--time-scale 9.99989e-321: 9.99989e-321 shrinks a whole"),
+        (["--time-scale", "1e-9"], "--time-scale 1e-09: 1e-09 shrinks a whole inception_v3"),
+        (["--link-bps", "1e3", "--time-scale", "1e-3"], "--time-scale 0.001, --link-bps 1000"),
+    ],
+)
+def test_generate_refuses_a_scale_that_shrinks_a_synchronisation_below_one_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Every flow would have been rounded up to one byte: a workload of no shape."""
+    out = tmp_path / "w.json"
+    assert main(["workload", "generate", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beamer: error: {message}"), err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_generate_refuses_impossible_sizes_before_building_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

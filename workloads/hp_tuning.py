@@ -352,6 +352,14 @@ def _check_sizes(config: HpTuningConfig) -> None:
         for pattern in config.patterns
         for workers in config.workers
     )
+    lightest = min((get_model(name) for name in config.models), key=lambda m: m.sync_bytes)
+    if lightest.sync_bytes * config.bytes_scale < 1:
+        # Every flow of it would be rounded up to one byte: the shape would be gone.
+        raise SettingError(
+            "bytes_scale",
+            f"{config.bytes_scale:g} shrinks a whole {lightest.name} synchronisation "
+            f"({lightest.sync_bytes:,} bytes) below one byte",
+        )
     transfer_s = largest * 8 / config.link_bps
     if largest > MAX_FLOW_BYTES or transfer_s > MAX_TIME_S:
         raise SettingError(
