@@ -153,32 +153,17 @@ def test_bad_workload_arguments_are_one_line(
         (["--link-bps", "1e-300"], "--link-bps 1e-300: 1e-300 bit/s is outside 1000..1e+15"),
         (["--link-bps", "5e-324"], "--link-bps 4.94066e-324: 4.94066e-324 bit/s is outside"),
         (["--link-bps", "1e3", "--time-scale", "1e6"], "--load: 0.8 spreads the 12 jobs'"),
-    ],
-)
-def test_generate_refuses_what_show_would_refuse(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
-) -> None:
-    """Each of these used to exit 0 and write a file ``workload show`` then refused."""
-    out = tmp_path / "w.json"
-    assert main(["workload", "generate", *argv, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"beamer: error: {message}"), err
-    assert len(err.strip().splitlines()) == 1
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
+        # Every flow would have been rounded up to one byte: a workload of no shape.
         (["--time-scale", "1e-320"], "--time-scale 9.99989e-321: 9.99989e-321 shrinks a whole"),
         (["--time-scale", "1e-9"], "--time-scale 1e-09: 1e-09 shrinks a whole inception_v3"),
         (["--link-bps", "1e3", "--time-scale", "1e-3"], "--time-scale 0.001, --link-bps 1000"),
     ],
 )
-def test_generate_refuses_a_scale_that_shrinks_a_synchronisation_below_one_byte(
+def test_generate_refuses_what_show_would_refuse(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    """Every flow would have been rounded up to one byte: a workload of no shape."""
+    """Each of these used to exit 0 and write a file: one that ``workload show`` then
+    refused, or (the last three) one whose flows were all a byte."""
     out = tmp_path / "w.json"
     assert main(["workload", "generate", *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
