@@ -53,10 +53,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    at_least_one,
     emit,
     parse_seed_ranges,
     run_command,
-    worker_count,
     worker_pool,
 )
 from bench.heldout import SHAPE_MIXES, mix_workload, sct_figures
@@ -508,7 +508,7 @@ def main() -> None:
 def run_main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 1,4,7")
-    parser.add_argument("--workers", type=worker_count, default=2)
+    parser.add_argument("--workers", type=at_least_one, default=2)
     parser.add_argument("--evals", type=int, default=150, help="simulations per seed (local)")
     parser.add_argument("--exhaustive", type=int, default=120, help="largest n! searched whole")
     parser.add_argument("--policies", default=",".join(POLICIES))

@@ -35,10 +35,10 @@ from typing import Any, ClassVar
 
 from bench.bench_headroom import INSTANCES, avg_sct, headroom_rows, instance
 from bench.common import (
+    at_least_one,
     emit,
     parse_seed_ranges,
     run_command,
-    worker_count,
     worker_pool,
 )
 from control.cli import OneLineErrors
@@ -227,7 +227,7 @@ def main() -> None:
 def run_main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-10", help="e.g. 1-10 or 11-30")
-    parser.add_argument("--workers", type=worker_count, default=2)
+    parser.add_argument("--workers", type=at_least_one, default=2)
     parser.add_argument("--evals", type=int, default=20, help="improving simulations per arrival")
     parser.add_argument("--window", type=int, default=3, help="longest move, in places")
     parser.add_argument("--policies", default=",".join(POLICIES))

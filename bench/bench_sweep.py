@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.common import emit
+from bench.common import at_least_one, emit
 from control.cli import OneLineErrors
 from sim.executors import Executor, TaskFailure, run_tasks, start_local_ray, stop_local_ray
 from sim.grid import Point
@@ -60,7 +60,7 @@ def wall_s(fn: Callable[[Any], Any], items: Sequence[Any], executor: Executor) -
 def main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer runs")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=at_least_one, default=3)
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     seeds_per_repeat = 1 if args.quick else 2

@@ -82,15 +82,16 @@ def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
         child.wait()
 
 
-def worker_count(text: str) -> int:
-    """``--workers`` (argparse ``type``): a whole number of processes, at least 1."""
+def at_least_one(text: str) -> int:
+    """A count option such as ``--workers`` or ``--repeats`` (argparse ``type``): a whole
+    number, at least 1 (0 would run nothing, or be taken as 1 without a word)."""
     import argparse
 
     from control.options import integer
 
     count = integer(text)
     if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (at least 1)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return count
 
 

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    at_least_one,
     emit,
     parse_seed_ranges,
     run_command,
-    worker_count,
     worker_pool,
 )
 from control.cli import OneLineErrors
@@ -115,7 +115,7 @@ def run_main() -> None:
     parser.add_argument("--policies", default="beamer,beamer-v1", help="comma-separated")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names")
     parser.add_argument(
-        "--workers", type=worker_count, default=2, help="processes (at most the cores)"
+        "--workers", type=at_least_one, default=2, help="processes (at most the cores)"
     )
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
