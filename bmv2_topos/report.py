@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import statistics
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import EmulationReport, RunResult
 from control.files import atomic_write_all_bytes, csv_bytes
+from sim.report import png_bytes
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -159,12 +159,6 @@ def _stage_row(run: RunResult, stage: StageRecord) -> list[object]:
     ]
 
 
-def _png(figure: Any) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    return buffer.getvalue()
-
-
 def _plots(report: EmulationReport) -> tuple[bytes, bytes]:
     """The SCT CDF and the bar chart against the simulator, as PNG."""
     import matplotlib
@@ -183,8 +177,7 @@ def _plots(report: EmulationReport) -> tuple[bytes, bytes]:
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    cdf_png = _png(figure)
-    plt.close(figure)
+    cdf_png = png_bytes(figure)
 
     means = summary(report)
     policies = list(means)
@@ -207,6 +200,5 @@ def _plots(report: EmulationReport) -> tuple[bytes, bytes]:
     axes.set_title("Emulation against the simulator's prediction")
     axes.legend()
     figure.tight_layout()
-    bar_png = _png(figure)
-    plt.close(figure)
+    bar_png = png_bytes(figure)
     return cdf_png, bar_png
