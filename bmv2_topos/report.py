@@ -85,7 +85,15 @@ OUTPUT_NAMES = ("stages.csv", "summary.csv", "sct_cdf.png", "avg_sct.png")
 def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
     """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``,
     written together or not at all."""
+    contents = output_contents(report, directory)
     directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_all_bytes(contents)
+    return list(contents)
+
+
+def output_contents(report: EmulationReport, directory: Path) -> dict[Path, bytes]:
+    """What :func:`write_outputs` writes, by path, for a caller that writes more files
+    with them, all or none."""
     stages = csv_bytes(
         [
             "policy",
@@ -130,15 +138,13 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
         ),
     )
     cdf_png, bar_png = _plots(report)
-    contents = dict(
+    return dict(
         zip(
             (directory / name for name in OUTPUT_NAMES),
             (stages, summary_csv, cdf_png, bar_png),
             strict=True,
         )
     )
-    atomic_write_all_bytes(contents)
-    return list(contents)
 
 
 def _stage_row(run: RunResult, stage: StageRecord) -> list[object]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_hostile_files_cli import run
@@ -226,11 +227,9 @@ def test_tune_without_ray_says_so(
     assert "beamer tune needs Ray" in one_line(err)
 
 
-def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
+def _emulation_report() -> Any:
     from bmv2_topos.agent import StageRecord
     from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
-    from bmv2_topos.report import write_outputs
-    from control.errors import UserError
 
     run_result = RunResult(
         key=RunKey("beamer", 1),
@@ -239,10 +238,35 @@ def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
         wall_s=5.0,
         predicted_sct_s={(0, 0): 2.0},
     )
+    return EmulationReport([run_result])
+
+
+def test_emulation_outputs_are_written_all_or_none(tmp_path: Path) -> None:
+    from bmv2_topos.report import write_outputs
+    from control.errors import UserError
+
     (tmp_path / "avg_sct.png").mkdir()  # the last output cannot be written
     with pytest.raises(UserError, match=r"avg_sct\.png: cannot write: is a directory"):
-        write_outputs(EmulationReport([run_result]), tmp_path)
+        write_outputs(_emulation_report(), tmp_path)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["avg_sct.png"]
+
+
+def test_tune_outputs_are_written_all_or_none(tmp_path: Path) -> None:
+    """The emulation's four files and the tuner's two are one group: a tuner file that
+    cannot be written leaves none of the six."""
+    from bmv2_topos.report import OUTPUT_NAMES
+    from control.errors import UserError
+    from tuner.run import TUNER_OUTPUT_NAMES, TuneReport
+
+    report = TuneReport(emulation=_emulation_report())
+    (tmp_path / "iterations.csv").mkdir()
+    with pytest.raises(UserError, match=r"iterations\.csv: cannot write: is a directory"):
+        report.write_outputs(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["iterations.csv"]
+    (tmp_path / "iterations.csv").rmdir()
+    written = report.write_outputs(tmp_path)
+    assert sorted(path.name for path in written) == sorted([*OUTPUT_NAMES, *TUNER_OUTPUT_NAMES])
+    assert (tmp_path / "tuner.csv").read_text().startswith("policy,seed,trials")
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
     from bmv2_topos.cli import network_seeds, output_directory_for
-    from bmv2_topos.report import OUTPUT_NAMES, table, write_outputs
+    from bmv2_topos.report import OUTPUT_NAMES, table
     from control.policies import get_policy
     from control.policies.spec import parse_policy_list
     from control.topology import load_topology
@@ -116,9 +116,7 @@ def run_tune(args: argparse.Namespace) -> int:
     )
     report = run_searches(options)
     if out is not None:
-        for path in write_outputs(report.emulation, out):
-            print(f"wrote {path}", file=sys.stderr)
-        for path in report.write_tuner_outputs(out):
+        for path in report.write_outputs(out):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         json.dump(summary_json(report), sys.stdout, indent=2, sort_keys=True)

@@ -41,7 +41,7 @@ from bmv2_topos.launcher import (
     TargetName,
 )
 from control.errors import UserError
-from control.files import write_csv
+from control.files import atomic_write_all_bytes, csv_bytes
 from control.model import Experiment, Workload
 from control.topology import Topology
 from tuner.contract import HostEndpoint, Pattern, TuneNetwork
@@ -115,7 +115,7 @@ class SearchOutcome:
 
 
 TUNER_OUTPUT_NAMES = ("tuner.csv", "iterations.csv")
-"""The files :meth:`TuneReport.write_tuner_outputs` writes."""
+"""The files of :meth:`TuneReport.tuner_output_contents`."""
 
 
 @dataclass
@@ -123,11 +123,22 @@ class TuneReport:
     emulation: EmulationReport = field(default_factory=EmulationReport)
     searches: list[SearchOutcome] = field(default_factory=list)
 
-    def write_tuner_outputs(self, directory: Path) -> list[Path]:
+    def write_outputs(self, directory: Path) -> list[Path]:
+        """The emulation's files (:data:`bmv2_topos.report.OUTPUT_NAMES`) and the tuner's
+        in ``directory``, all six or none."""
+        from bmv2_topos.report import output_contents
+
+        contents = output_contents(self.emulation, directory) | self.tuner_output_contents(
+            directory
+        )
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "tuner.csv"
-        write_csv(
-            path,
+        atomic_write_all_bytes(contents)
+        return list(contents)
+
+    def tuner_output_contents(self, directory: Path) -> dict[Path, bytes]:
+        """``tuner.csv`` and ``iterations.csv`` by path, written by the caller together
+        with the emulation's files, all or none."""
+        tuner = csv_bytes(
             [
                 "policy",
                 "seed",
@@ -150,9 +161,7 @@ class TuneReport:
                 for search in self.searches
             ),
         )
-        iterations = directory / "iterations.csv"
-        write_csv(
-            iterations,
+        iterations = csv_bytes(
             [
                 "policy",
                 "seed",
@@ -184,7 +193,9 @@ class TuneReport:
                 for record in search.iterations
             ),
         )
-        return [path, iterations]
+        return dict(
+            zip((directory / name for name in TUNER_OUTPUT_NAMES), (tuner, iterations), strict=True)
+        )
 
 
 Progress = Callable[[str], None]
