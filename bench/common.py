@@ -40,6 +40,7 @@ def parse_seed_ranges(text: str) -> list[int]:
     mean) or more than :data:`MAX_SEEDS` seeds is a user error."""
     from control.addresses import is_decimal
     from control.errors import UserError
+    from control.options import refuse_repeats
 
     seeds: list[int] = []
     for part in text.split(","):
@@ -52,11 +53,7 @@ def parse_seed_ranges(text: str) -> list[int]:
         if len(seeds) + last - first + 1 > MAX_SEEDS:
             raise UserError(f"--seeds: {text!r} names more than {MAX_SEEDS:,} seeds")
         seeds.extend(range(first, last + 1))
-    seen: set[int] = set()
-    for seed in seeds:
-        if seed in seen:
-            raise UserError(f"--seeds: seed {seed} given more than once")
-        seen.add(seed)
+    refuse_repeats(seeds, "--seeds", lambda seed: f"seed {seed}")
     return seeds
 
 

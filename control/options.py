@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
+
+T = TypeVar("T", bound=Hashable)
 
 PLAINLY = "digits 0-9 only, no '_'"
 """What :func:`integer` and :func:`number` ask of a value they refuse for its spelling."""
@@ -59,12 +63,18 @@ def parse_seeds(text: str, option: str = "--seeds") -> tuple[int, ...]:
         raise UserError(f"{option}: {text!r} is not a comma-separated list of seeds") from None
     if not seeds:
         raise UserError(f"{option}: no seed given")
-    seen: set[int] = set()
-    for value in seeds:
-        if value in seen:
-            raise UserError(f"{option}: seed {value} given more than once")
-        seen.add(value)
+    refuse_repeats(seeds, option, lambda value: f"seed {value}")
     return seeds
+
+
+def refuse_repeats(values: Iterable[T], what: str, show: Callable[[T], str] = repr) -> None:
+    """Refuse a value given twice in one list (of seeds, policies, queue modes, models...):
+    it would run, or be drawn, twice, and weigh twice in every mean or comparison."""
+    seen: set[T] = set()
+    for value in values:
+        if value in seen:
+            raise UserError(f"{what}: {show(value)} given more than once")
+        seen.add(value)
 
 
 def path_option(text: str) -> Path:

@@ -22,7 +22,7 @@ from control.files import (
     writable_directory,
 )
 from control.model import StageKey, Workload
-from control.options import integer, number
+from control.options import integer, number, refuse_repeats
 from control.options import parse_seeds as seed_list
 from control.options import seed as seed_option
 from control.policies import POLICIES
@@ -119,10 +119,7 @@ def parse_queues(text: str) -> list[int | None]:
         if not 1 <= k <= 64:
             raise UserError(f"--queues: {k} classes is outside 1..64")
         modes.append(k)
-    for index, mode in enumerate(modes):
-        if mode in modes[:index]:
-            # Run twice, it would also count twice in every comparison of the table.
-            raise UserError(f"--queues: {mode or 'ideal'} given more than once")
+    refuse_repeats(modes, "--queues", lambda mode: str(mode or "ideal"))
     return modes
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from control.errors import UserError
+from control.options import refuse_repeats
 from workloads.hp_tuning import DEFAULT_JOBS, HpTuningConfig, JobShape, Pattern
 from workloads.models import get_model
 
@@ -107,16 +108,8 @@ def parse_models(text: str | Sequence[str]) -> tuple[str, ...] | None:
             get_model(name)
         except UserError as error:
             raise UserError(f"models: {error}") from None
-    _once(names, "models")
+    refuse_repeats(names, "models")  # a job draws from the list: twice, twice as often
     return tuple(names)
-
-
-def _once(names: Sequence[str], field: str) -> None:
-    """Refuse a name given twice: a job draws from the list, so a name twice would be
-    drawn twice as often (and another workload than the list without it)."""
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise UserError(f"{field}: {name!r} given more than once")
 
 
 def parse_sync(text: str | Sequence[str]) -> tuple[Pattern, ...] | None:
@@ -135,5 +128,5 @@ def parse_sync(text: str | Sequence[str]) -> tuple[Pattern, ...] | None:
             raise UserError(f"sync: {name!r} is not one of ring, ps, both")
     if not patterns:
         raise UserError("sync: no pattern given")
-    _once(patterns, "sync")
+    refuse_repeats(patterns, "sync")
     return None if set(patterns) == set(SYNC_PATTERNS) else tuple(patterns)

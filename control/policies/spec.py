@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from control.errors import UserError
+from control.options import refuse_repeats
 from control.policies import get_policy
 from control.policies.base import BasePolicy
 from control.policies.beamer import BeamerPolicy
@@ -67,9 +68,7 @@ def parse_policy_list(
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise UserError(f"{option}: no policy given")
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise UserError(f"{option}: {', '.join(map(repr, twice))} given more than once")
+    refuse_repeats(names, option)
     for name in names:
         try:
             check(name)
