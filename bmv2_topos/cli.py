@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.files import output_directory, output_file, writable_directory
+from control.files import output_directory, outputs_ready
 from control.options import integer, number, parse_seeds, path_option, seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def add_network_options(parser: Any) -> None:
     )
     parser.add_argument("--p4info", type=path_option, help="p4c's P4Info text (with --target bmv2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", type=path_option, help="write CSV files and PNG plots here")
+    parser.add_argument("--out", help="write CSV files and PNG plots here")
 
 
 def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
@@ -117,15 +117,9 @@ def policy_names(text: str, option: str) -> tuple[str, ...]:
     return parse_policy_list(text, option)
 
 
-def output_directory_for(out: Path | None, names: Sequence[str]) -> Path | None:
-    """``--out``, made and shown to take ``names`` before the runs: a file or a device in
-    the way found after them would cost every run."""
-    if out is None:
-        return None
-    directory = writable_directory(output_directory(str(out)))
-    for name in names:
-        output_file(directory / name)
-    return directory
+def output_directory_for(out: str | None, names: Sequence[str]) -> Path | None:
+    """``--out``, made and shown to take ``names`` before the first network is built."""
+    return None if out is None else outputs_ready(output_directory(out), names)
 
 
 def run_emulate(args: argparse.Namespace) -> int:

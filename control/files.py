@@ -320,6 +320,16 @@ def atomic_write_all(writes: Mapping[Path, Callable[[Path], object]]) -> None:
                 backup.unlink(missing_ok=True)
 
 
+def outputs_ready(directory: Path, names: Iterable[str], option: str = "--out") -> Path:
+    """``directory`` made and shown to take each of ``names`` before the runs whose
+    results they hold: a directory or a device in the way found after them would cost
+    every run."""
+    writable_directory(directory, option)
+    for name in names:
+        output_file(directory / name)
+    return directory
+
+
 def output_file(target: Path) -> Path:
     """The file to write for ``target``: what a symbolic link points to (the link stays),
     which must be a regular file or nothing yet. Renaming over a device, a FIFO or a

@@ -18,8 +18,7 @@ from control.files import (
     atomic_write_all_bytes,
     csv_bytes,
     output_directory,
-    output_file,
-    writable_directory,
+    outputs_ready,
 )
 from control.model import StageKey, Workload
 from control.options import integer, number, refuse_repeats
@@ -152,10 +151,8 @@ def run(args: argparse.Namespace) -> int:
         if not workload.experiments:
             raise UserError(f"{args.workload}: the workload has no experiments to simulate")
     if out is not None:
-        writable_directory(out)
         reference_name = "beamer" if "beamer" in policies else None
-        for name in _output_names(modes, reference_name):
-            output_file(out / name)  # a directory or a device in the way: refused now
+        outputs_ready(out, _output_names(modes, reference_name))
     flow_model = resolve_flow_model(args.flow_model, workload)
     runs = [
         RunSpec(args.workload, seed, args.load, mode, strategy, name, flow_model)

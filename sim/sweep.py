@@ -27,9 +27,8 @@ from control.errors import UserError
 from control.files import (
     atomic_write_text,
     output_directory,
-    output_file,
+    outputs_ready,
     read_text,
-    writable_directory,
 )
 from control.model import StageKey, Workload
 from control.options import path_option
@@ -94,9 +93,7 @@ def run(args: argparse.Namespace) -> int:
     _check_workloads(grid)
     # Every file the sweep writes must be writable before a run starts: a failure after
     # the runs would cost them (runs.jsonl keeps what finished, the reports would not).
-    writable_directory(out)
-    for name in [RUNS_FILE, FAILURES_FILE, *report_names(grid)]:
-        output_file(out / name)
+    outputs_ready(out, [RUNS_FILE, FAILURES_FILE, *report_names(grid)])
     runs_path = out / RUNS_FILE
     if args.restart:
         runs_path.unlink(missing_ok=True)

@@ -309,7 +309,7 @@ def test_benchmark_arguments_out_of_range_are_one_line(
         (["workload", "to-trace", "tiny", "--out", ""], "argument --out: an empty path"),
         (["sweep", ""], "argument grid: an empty path"),
         (["controller", "--topo", ""], "argument --topo: an empty path"),
-        (["emulate", "--out", ""], "argument --out: an empty path"),
+        (["emulate", "--out", ""], "--out: an empty directory name"),
         (["workload", "show", ""], "an empty workload name"),
     ],
 )
