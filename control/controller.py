@@ -6,7 +6,11 @@ code the simulator runs), :mod:`control.quantize` maps the ranking onto the K
 strict-priority classes, and each switch gets only the difference between the
 entries it should hold and those it holds, written make-before-break
 (:mod:`control.entries`). The event's reply leaves once every switch has
-acknowledged its writes, so "event in → reply" is the reaction time.
+acknowledged its writes, so "event in → reply" is the reaction time. A switch
+that takes longer than the write budget is set ``lagging``: the reply leaves
+without it (it is named in ``pending_switches``), its writes go on in the
+background, and the supervisor catches it up once they are acknowledged, so
+one slow switch does not slow every event down.
 
 A supervisor thread keeps the switches in shape: it reconnects a switch whose
 stream broke (restart), re-pushes the pipeline when the switch lost it, reads
@@ -31,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -578,7 +582,7 @@ class PipelineArtifacts:
         return int.from_bytes(digest.digest()[:8], "big") or 1
 
 
-SessionState = Literal["down", "ready", "backup", "error"]
+SessionState = Literal["down", "ready", "lagging", "backup", "error"]
 
 
 @dataclass(slots=True)
@@ -692,6 +696,19 @@ class SwitchSession:
     backoff: Backoff = field(default_factory=lambda: Backoff(0.5, 10.0))
     ready_since_s: float | None = None
     """When the switch last became ready (controller clock); None while it is not."""
+    writing: Future[_Written] | None = None
+    """The event writes still out on a ``lagging`` switch (None: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """One switch's writes for a reschedule: the updates per kind and the RPCs sent, what
+    the switch holds after them (a copy of what it held, so that events and the status
+    can read the session while the writes are out), and the failure that ended them."""
+
+    counts: tuple[int, int, int, int]
+    installed: EntryMap
+    failure: P4RuntimeError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -713,6 +730,9 @@ class ControllerConfig:
     :class:`Backoff`); the first wait is ``supervise_interval_s``."""
     repeat_log_interval_s: float = 60.0
     """A line about a switch is logged at most once in this time (see :class:`QuietLog`)."""
+    write_budget_s: float = 2.0
+    """How long a reschedule waits for one ready switch's writes; a switch that takes
+    longer is set ``lagging`` and caught up in the background."""
 
 
 PHASES = ("snapshot", "rank", "plan", "diff", "encode", "rpc")
@@ -1037,14 +1057,72 @@ class Controller(EventHandler):
         """Re-plan and bring every ready switch to the plan; returns write counts."""
         self.reschedules += 1
         self._replan()
-        ready = [s for s in self.sessions.values() if s.state == "ready"]
-        if len(ready) > 1:
-            # Switches are independent: write them all at once, wait for every ack.
-            results = list(self._writers.map(self._sync, ready))
-        else:
-            results = [self._sync(s) for s in ready]
-        totals = [sum(column) for column in zip((0, 0, 0, 0), *results, strict=True)]
+        return self._write_ready([s for s in self.sessions.values() if s.state == "ready"])
+
+    def _write_ready(self, sessions: list[SwitchSession]) -> tuple[int, int, int, int]:
+        """Bring ready switches to the plan; returns write counts. Under the schedule lock.
+
+        Switches are independent: their writes run at once, and this waits for every
+        acknowledgement, up to ``write_budget_s``. A switch still writing then is set
+        lagging (:meth:`_lagging`), and its writes are not counted here."""
+        jobs: list[tuple[SwitchSession, Future[_Written]]] = []
+        for session in sessions:
+            started = time.perf_counter()
+            changes = diff(self.desired(session), session.installed)
+            self.phase_s["diff"] += time.perf_counter() - started
+            if not changes.empty:
+                jobs.append((session, self._writers.submit(self._write, session, changes)))
+        if not jobs:
+            return 0, 0, 0, 0
+        wait([future for _, future in jobs], timeout=self.config.write_budget_s)
+        totals = [0, 0, 0, 0]
+        for session, future in jobs:
+            if not future.done():
+                self._lagging(session, future)
+                continue
+            written = future.result()
+            self._settle(session, written)
+            totals = [a + b for a, b in zip(totals, written.counts, strict=True)]
         return totals[0], totals[1], totals[2], totals[3]
+
+    def _write(self, session: SwitchSession, changes: Changes) -> _Written:
+        """Write ``changes`` to a ready switch, on a copy of what it holds."""
+        client = session.client
+        assert client is not None
+        installed = dict(session.installed)
+        rpcs, failure = self._write_changes(session, client, changes, installed)
+        counts = (len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs)
+        return _Written(counts, installed, failure)
+
+    def _settle(self, session: SwitchSession, written: _Written) -> None:
+        """Take in a switch's acknowledged writes; on failure, mark the switch for
+        reconciliation (read back, then diff again) by the supervisor. Under the
+        schedule lock."""
+        session.installed = written.installed
+        failure = written.failure
+        if isinstance(failure, NotPrimaryError):
+            self._refused(session, failure)
+        elif failure is not None:
+            self._say(session, logging.WARNING, f"write failed ({failure}); will read back")
+            session.state = "error"
+            session.error = str(failure)
+            self._wake.set()
+
+    def _lagging(self, session: SwitchSession, writing: Future[_Written]) -> None:
+        """A ready switch took longer than the write budget: events go on without it (it
+        is in ``pending_switches``), its writes go on in the background, and once they
+        are acknowledged the supervisor catches it up with the plan as it is then
+        (:meth:`_resume`). Under the schedule lock."""
+        budget = self.config.write_budget_s
+        session.state = "lagging"
+        session.error = (
+            f"its writes took longer than {budget:g} s; events go on without it, and it "
+            "catches up once they are acknowledged"
+        )
+        session.ready_since_s = None
+        session.writing = writing
+        self._say(session, logging.WARNING, session.error)
+        writing.add_done_callback(lambda _done: self._wake.set())
 
     def desired(self, session: SwitchSession) -> EntryMap:
         wanted = dict(session.forwarding)
@@ -1057,27 +1135,6 @@ class Controller(EventHandler):
             session.names.table(name).name
             for name in (layout.forward_table, layout.stage_table, layout.coflow_table)
         }
-
-    def _sync(self, session: SwitchSession) -> tuple[int, int, int, int]:
-        """Write the difference between desired and installed; on failure, mark the switch
-        for reconciliation (read back, then diff again) by the supervisor. Runs under the
-        schedule lock, on a ready switch."""
-        started = time.perf_counter()
-        changes = diff(self.desired(session), session.installed)
-        self.phase_s["diff"] += time.perf_counter() - started
-        if changes.empty:
-            return 0, 0, 0, 0
-        client = session.client
-        assert client is not None
-        rpcs, failure = self._write_changes(session, client, changes, session.installed)
-        if isinstance(failure, NotPrimaryError):
-            self._refused(session, failure)
-        elif failure is not None:
-            self._say(session, logging.WARNING, f"write failed ({failure}); will read back")
-            session.state = "error"
-            session.error = str(failure)
-            self._wake.set()
-        return len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs
 
     def _write_changes(
         self,
@@ -1225,19 +1282,49 @@ class Controller(EventHandler):
                 session.installed = installed
                 self._adopt_installed_classes(session)
             self._catch_up(session, client)
-        except NotPrimaryError as error:
-            with self._schedule_lock:
+        except (P4RuntimeError, *UNREADABLE_ENTRY) as error:
+            self._bringing_up_failed(session, error)
+
+    def _bringing_up_failed(self, session: SwitchSession, error: Exception) -> None:
+        """Provisioning or a catch-up ended in ``error``: the switch is in error (or a
+        backup, if another controller refused it), and the supervisor tries again."""
+        with self._schedule_lock:
+            if isinstance(error, NotPrimaryError):
                 self._refused(session, error)
-        except P4RuntimeError as error:
-            with self._schedule_lock:
+                return
+            session.state = "error"
+            session.error = (
+                str(error) if isinstance(error, P4RuntimeError) else unreadable_entry(error)
+            )
+        self._say(session, logging.WARNING, f"provisioning failed: {session.error}")
+
+    def _resume(self, session: SwitchSession) -> None:
+        """A lagging switch's writes have ended: take them in, then catch it up with the
+        plan off the schedule lock, as provisioning does (:meth:`_catch_up`). Writes that
+        failed leave it in error, to be read back."""
+        with self._schedule_lock:
+            writing, session.writing = session.writing, None
+            if writing is not None:
+                try:
+                    written = writing.result()
+                except Exception as error:  # a bug: what the switch holds is unknown
+                    session.state = "error"
+                    session.error = shortened(f"writes failed: {error!r}")
+                    self._wake.set()
+                    return
+                self._settle(session, written)
+            client = session.client
+            if session.state != "lagging":
+                return
+            if client is None or not client.connected or not client.is_primary:
                 session.state = "error"
-                session.error = str(error)
-            self._say(session, logging.WARNING, f"provisioning failed: {error}")
-        except UNREADABLE_ENTRY as error:
-            with self._schedule_lock:
-                session.state = "error"
-                session.error = unreadable_entry(error)
-            self._say(session, logging.WARNING, f"provisioning failed: {session.error}")
+                session.error = "lost while lagging; reconnecting"
+                self._wake.set()
+                return
+        try:
+            self._catch_up(session, client)
+        except (P4RuntimeError, *UNREADABLE_ENTRY) as error:
+            self._bringing_up_failed(session, error)
 
     def _catch_up(self, session: SwitchSession, client: P4RuntimeClient) -> None:
         """Write what the switch lacks of the plan, then make it ready.
@@ -1246,8 +1333,10 @@ class Controller(EventHandler):
         events meanwhile change the plan, so the difference is taken again under the
         lock: when nothing is left, the switch is made ready there, and from then on
         events write to it. After CATCH_UP_ROUNDS rounds (events kept changing the plan)
-        the last difference is written under the lock, as an event's writes are. So one
-        switch's writes never overlap and are sent in the order they were planned."""
+        the last difference is written under the lock, as an event's writes are (for at
+        most the write budget; a switch slower than that is lagging, and caught up again
+        when they end). So one switch's writes never overlap and are sent in the order
+        they were planned."""
         for round_number in range(CATCH_UP_ROUNDS):
             with self._schedule_lock:
                 if self._stopping.is_set():
@@ -1257,7 +1346,7 @@ class Controller(EventHandler):
                     session.state = "ready"
                     session.error = None
                     session.reconciles += 1
-                    self._sync(session)
+                    self._write_ready([session])
                     if session.state == "ready":
                         session.ready_since_s = self.clock()
                     return
@@ -1411,6 +1500,8 @@ class Controller(EventHandler):
                     self._provision(session, _Connection(client, True, None))
                     with self._schedule_lock:
                         self._attempted(session)
+            elif need == "resume":
+                self._resume(session)
             elif need == "demoted":
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
@@ -1432,7 +1523,12 @@ class Controller(EventHandler):
     def _needs_provisioning(session: SwitchSession) -> str | None:
         """What the supervisor does for a switch: nothing, provision over the stream it
         holds (``reprovision``: promoted from backup, or an RPC failed), record that another
-        client took the switch (``demoted``), or open a new stream (``reconnect``)."""
+        client took the switch (``demoted``), open a new stream (``reconnect``), or catch
+        up a lagging switch whose writes have ended (``resume``; while they are out, it is
+        left alone: an RPC ends within its timeout, also on a broken stream)."""
+        if session.state == "lagging":
+            writing = session.writing
+            return "resume" if writing is None or writing.done() else None
         client = session.client
         if client is None or not client.connected or session.state == "down":
             return "reconnect"
@@ -1555,7 +1651,9 @@ class Controller(EventHandler):
                         "error": s.error,
                         "provisions": s.provisions,
                         "retry_in_s": (
-                            None if s.state == "ready" else _rounded(s.backoff.wait_s(now_s))
+                            None
+                            if s.state in ("ready", "lagging")
+                            else _rounded(s.backoff.wait_s(now_s))
                         ),
                         "election_id": s.client.election_id if s.client is not None else None,
                         "entries": sorted(f"{k} -> {a}" for k, a in s.installed.items()),

@@ -100,6 +100,13 @@ def register(subparsers: Any) -> None:
     run.add_argument("--p4info", type=path_option, help="p4c's P4Info text file (bmv2 target)")
     run.add_argument("--counter-interval", type=number, default=1.0, help="seconds between reads")
     run.add_argument(
+        "--write-budget",
+        type=number,
+        default=2.0,
+        help="seconds an event waits for one switch's writes; a slower switch is set "
+        "lagging and caught up in the background (default %(default)s)",
+    )
+    run.add_argument(
         "--journal",
         type=path_option,
         default=None,
@@ -178,6 +185,8 @@ def run_controller(args: argparse.Namespace) -> int:
         raise UserError(f"--election-id: {error}") from None
     if not 0 < args.events_timeout <= 3600:
         raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
+    if not 0 < args.write_budget <= 3600:
+        raise UserError(f"--write-budget: {args.write_budget} is not in (0, 3600] seconds")
     if not 0 < args.counter_interval <= 3600:
         raise UserError(f"--counter-interval: {args.counter_interval} is not in (0, 3600] seconds")
     topology = load_topology(args.topo)
@@ -202,6 +211,7 @@ def run_controller(args: argparse.Namespace) -> int:
         election_id=election_id,
         default_target=args.target,
         counter_interval_s=args.counter_interval,
+        write_budget_s=args.write_budget,
         journal_path=args.journal,
     )
     controller = Controller(

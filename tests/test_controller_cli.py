@@ -46,10 +46,13 @@ def test_bad_arguments_are_one_line_errors(
     assert err.splitlines() == [
         f"beamer: error: policy {spec!r}: tail_power=0.5 is not a number from 1 to 10"
     ]
-    for interval in ("0", "nan", "1e300"):
-        argv = ["controller", "--topo", topo, "--policy", "fair", "--counter-interval", interval]
-        assert main(argv) == 2
-        assert "--counter-interval: " in capsys.readouterr().err
+    for option in ("--counter-interval", "--write-budget"):
+        for seconds in ("0", "-1", "nan", "inf", "1e300"):
+            argv = ["controller", "--topo", topo, "--policy", "fair", option, seconds]
+            assert main(argv) == 2
+            assert f"{option}: {float(seconds)} is not in (0, 3600] seconds" in (
+                capsys.readouterr().err
+            )
     assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2
     assert capsys.readouterr().err.startswith("beamer: error: controller at ")
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import grpc
@@ -27,6 +27,7 @@ from test_controller_p4runtime import (
     _class_entries,
     _p4info,
     _Pipeline,
+    _plan,
     _Program,
     _start_experiment,
     _Switch,
@@ -738,3 +739,132 @@ def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
     assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
     assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
     assert most_in_flight[0] == 1
+
+
+# --- 6. a switch that turns slow while ready does not slow every event ------------------
+
+BUDGET_S = 0.3
+"""The write budget of the tests below: long for a Write to an idle embedded switch."""
+
+
+def _with_budget(controller: Controller) -> None:
+    controller.config = replace(controller.config, write_budget_s=BUDGET_S)
+
+
+def test_a_ready_switch_slower_than_the_budget_is_set_lagging_and_caught_up(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2 is ready when its Writes begin to take their time: the event waits for it no
+    longer than the budget, the events after it do not write to it while its Write is
+    out, and once that Write is acknowledged s2 is brought to the plan of the moment.
+    Before, every event waited until s2 answered."""
+    controller = two_switches.controller
+    _with_budget(controller)
+    two_switches.restart_s2()  # so that s2 misbehaves as the test says from now on
+    controller.start()
+    session = controller.sessions["s2"]
+    assert [s.state for s in controller.sessions.values()] == ["ready", "ready"]
+    stall = two_switches.stall()
+    in_flight, most_in_flight = [0], [0]
+    lock = threading.Lock()
+
+    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        with lock:
+            in_flight[0] += 1
+            most_in_flight[0] = max(most_in_flight[0], in_flight[0])
+        try:
+            stall()
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    two_switches.s2_misbehaviour.write = slow_write
+    started = time.monotonic()
+    _start_experiment(controller, 1, [100, 200])
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 1}
+    )
+    took_s = time.monotonic() - started
+    assert stall.inside.is_set() and not stall.over.is_set(), "the events waited for s2"
+    assert took_s < STALL_S / 2
+    assert reply["pending_switches"] == ["s2"]
+    status = controller.status()["switches"][1]
+    assert status["state"] == "lagging"
+    assert f"its writes took longer than {BUDGET_S:g} s" in status["error"]
+    assert status["retry_in_s"] is None
+    expected = {("stage_class", (1, 0)): 7}
+    assert two_switches.class_entries(0) == expected
+    # Released: s2 takes the Write it held, then catches up with the events since.
+    stall.release.set()
+    _wait_for(lambda: session.state == "ready", "s2 caught up")
+    assert session.error is None
+    assert two_switches.class_entries(1) == expected
+    assert _class_entries(session.installed) == expected
+    assert most_in_flight[0] == 1, "writes to s2 overlapped"
+    assert session.provisions == 1, "caught up without provisioning again"
+    # Ready again, s2 gets the next event's writes before the reply.
+    two_switches.s2_misbehaviour.write = None
+    controller.handle_event({"type": "experiment_released", "experiment": _plan(2, [50])})
+    controller.handle_event({"type": "stage_released", "experiment_id": 2, "stage_id": 0})
+    ids = {"experiment_id": 2, "stage_id": 0, "trial_id": 0}
+    controller.handle_event({"type": "trial_started", **ids})
+    reply = controller.handle_event({"type": "coflow_started", **ids, "iteration": 0})
+    assert reply["pending_switches"] == []
+    assert session.state == "ready"
+    now_expected = two_switches.class_entries(0)
+    assert ("stage_class", (2, 0)) in now_expected
+    assert two_switches.class_entries(1) == now_expected
+
+
+def test_a_lagging_switch_whose_writes_fail_is_read_back_and_brought_to_the_plan(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2's Write takes longer than the budget and then fails: s2 is in error, read back,
+    and written to the plan as it is then."""
+    controller = two_switches.controller
+    _with_budget(controller)
+    two_switches.restart_s2()
+    controller.start()
+    session = controller.sessions["s2"]
+    stall = two_switches.stall()
+
+    def slow_failing_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        if stall.inside.is_set():
+            return  # the writes after the failed one go through
+        stall()
+        context.abort(grpc.StatusCode.INTERNAL, "the table memory is busy")
+
+    two_switches.s2_misbehaviour.write = slow_failing_write
+    _start_experiment(controller, 1, [100, 200])
+    assert session.state == "lagging"
+    reads_before = session.reconciles
+    stall.release.set()
+    _wait_for(lambda: session.state == "ready", "s2 read back and caught up")
+    assert session.reconciles > reads_before
+    expected = two_switches.class_entries(0)
+    assert ("coflow_class", (1, 0, 65536)) in expected
+    assert two_switches.class_entries(1) == expected
+    assert _class_entries(session.installed) == expected
+
+
+def test_a_switch_inside_the_budget_is_waited_for(two_switches: TwoSwitches) -> None:
+    """A Write slower than usual but inside the budget: the reply waits for it, and the
+    switch holds the event's entries when the reply leaves."""
+    controller = two_switches.controller
+    two_switches.restart_s2()
+    controller.start()
+
+    def slowish_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        time.sleep(0.2)  # the default budget is 2 s
+
+    two_switches.s2_misbehaviour.write = slowish_write
+    _start_experiment(controller, 1, [100])
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 0}
+    )
+    assert reply["pending_switches"] == []
+    assert controller.sessions["s2"].state == "ready"
+    _start_experiment(controller, 2, [100])
+    expected = two_switches.class_entries(0)
+    assert ("stage_class", (2, 0)) in expected
+    assert two_switches.class_entries(1) == expected
