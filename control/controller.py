@@ -17,7 +17,8 @@ stream broke (restart), re-pushes the pipeline when the switch lost it, reads
 the tables back and writes only what differs, and polls the stage counters
 that non-clairvoyant policies use as progress. A switch it brings up is not
 ready meanwhile, so events are not written to it, and its RPCs run outside
-the lock: a slow switch holds up neither the others nor the status. It
+the lock and outside the supervisor's own loop (one attempt per switch in the
+background): a slow switch holds up neither the others nor the status. It
 becomes ready under the lock once its writes have caught up with the plan. A
 controller that restarts does the same on its first connection, so it neither
 duplicates nor leaves stale entries. A controller whose election id loses
@@ -698,6 +699,9 @@ class SwitchSession:
     """When the switch last became ready (controller clock); None while it is not."""
     writing: Future[_Written] | None = None
     """The event writes still out on a ``lagging`` switch (None: none)."""
+    attempt: Future[None] | None = None
+    """The supervisor's attempt to bring the switch up or catch it up, running in the
+    background (None: none since the last round looked)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -835,6 +839,10 @@ class Controller(EventHandler):
         self._writers = ThreadPoolExecutor(
             max_workers=max(1, len(self.sessions)), thread_name_prefix="writer"
         )
+        self._attempts = ThreadPoolExecutor(
+            max_workers=max(1, len(self.sessions)), thread_name_prefix="bring-up"
+        )
+        """One attempt per switch at a time (see :meth:`_supervise_once`)."""
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
             self.journal.check_writable()
@@ -879,6 +887,9 @@ class Controller(EventHandler):
         self._wake.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=10)
+        # Attempts under way may open a stream: they end (within their RPC timeouts)
+        # before the streams are closed.
+        self._attempts.shutdown(wait=True)
         with self._schedule_lock:
             if self._searching_policy is not None:
                 self._searching_policy.close()
@@ -1240,8 +1251,8 @@ class Controller(EventHandler):
         back and write only the difference (:meth:`_catch_up`); ``connection`` is a fresh
         :meth:`_connect` result, or the stream the session holds.
 
-        Called without the schedule lock, by the one thread that brings switches up
-        (:meth:`start`, then the supervisor), on a switch that is not ready: events and
+        Called without the schedule lock, by :meth:`start` or by the supervisor's one
+        attempt for this switch (:meth:`_attempt`), on a switch that is not ready: events and
         polls leave such a switch alone (it is in ``pending_switches``), so its RPCs,
         however slow, hold up neither events for the other switches nor the status. The
         lock is taken for what the switches share (the session's client and state, the
@@ -1466,6 +1477,12 @@ class Controller(EventHandler):
         with self._schedule_lock:
             todo = [(s, self._needs_provisioning(s)) for s in self.sessions.values()]
         for session, need in todo:
+            if session.attempt is not None:
+                if not session.attempt.done():
+                    continue  # one attempt per switch at a time
+                session.attempt = None
+                with self._schedule_lock:
+                    need = self._needs_provisioning(session)  # the attempt changed it
             if need in ("reconnect", "reprovision"):
                 now_s = self.clock()
                 with self._schedule_lock:
@@ -1484,24 +1501,18 @@ class Controller(EventHandler):
                         session.error = "connection lost; reconnecting"
                 if stale is not None:
                     suppress_close_errors(stale)
-                if not session.backoff.due(now_s):
-                    continue
-                self._provision(session, self._connect(session))
-                with self._schedule_lock:
-                    self._attempted(session)
+                if session.backoff.due(now_s):
+                    self._attempt(session, self._bring_up, session, None)
             elif need == "reprovision":
                 # Our stream is alive and primary: provision over it. A second stream
                 # with our election id would be refused, and closing this one would
                 # leave the switch without a primary.
-                if not session.backoff.due(now_s):
-                    continue
                 client = session.client
-                if client is not None and client.connected and client.is_primary:
-                    self._provision(session, _Connection(client, True, None))
-                    with self._schedule_lock:
-                        self._attempted(session)
+                alive = client is not None and client.connected and client.is_primary
+                if alive and session.backoff.due(now_s):
+                    self._attempt(session, self._bring_up, session, client)
             elif need == "resume":
-                self._resume(session)
+                self._attempt(session, self._resume, session)
             elif need == "demoted":
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
@@ -1510,6 +1521,28 @@ class Controller(EventHandler):
             last_counters = time.monotonic()
             self._poll()
         return last_counters
+
+    def _attempt(self, session: SwitchSession, work: Callable[..., None], *args: Any) -> None:
+        """Run ``work`` for one switch in the background: a switch whose RPCs are slow
+        (each within the RPC timeout) then delays neither the supervision of the others
+        (their reconnects, catch-ups, counter reads) nor its own next round's look."""
+
+        def attempt() -> None:
+            try:
+                work(*args)
+            except Exception:  # a bug must not go unseen; the next round tries again
+                log.exception("bringing up switch %s failed", session.spec.name)
+            finally:
+                self._wake.set()
+
+        session.attempt = self._attempts.submit(attempt)
+
+    def _bring_up(self, session: SwitchSession, client: P4RuntimeClient | None) -> None:
+        """Connect (``client`` None) or take the stream held, and provision the switch."""
+        connection = self._connect(session) if client is None else _Connection(client, True, None)
+        self._provision(session, connection)
+        with self._schedule_lock:
+            self._attempted(session)
 
     def _attempted(self, session: SwitchSession) -> None:
         """After an attempt to bring ``session`` up: one that left it neither ready nor a

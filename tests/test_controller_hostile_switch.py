@@ -482,9 +482,13 @@ def _clocked_controller(rig: Rig, clock: FakeClock) -> Controller:
 
 
 def _supervise(controller: Controller) -> None:
-    """One supervision round, at once (no wait for the interval)."""
+    """One supervision round, at once (no wait for the interval), and the attempts it
+    started in the background, to their end."""
     controller._wake.set()
     controller._supervise_once(time.monotonic())
+    for session in controller.sessions.values():
+        if session.attempt is not None:
+            session.attempt.result(timeout=30)
 
 
 def test_an_unreachable_switch_is_tried_at_doubling_intervals_up_to_a_cap(
@@ -629,6 +633,11 @@ class TwoSwitches:
         self.stalls.append(Stall())
         return self.stalls[-1]
 
+    def restart_s1(self) -> None:
+        self.servers[0].stop(0)
+        self.servers[0] = P4RuntimeServer(_Switch(), 0, self.servers[0].addr)
+        self.servers[0].start()
+
     def restart_s2(self) -> None:
         self.servers[1].stop(0)
         self.servers[1] = P4RuntimeServer(_Switch(), 0, self.servers[1].addr)
@@ -739,6 +748,32 @@ def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
     assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
     assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
     assert most_in_flight[0] == 1
+
+
+def test_a_slow_switch_being_provisioned_does_not_hold_up_another_s_reconnect(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2 restarts and stalls its provisioning's Read; s1 restarts meanwhile, and is
+    reconnected and provisioned while s2's Read is still out. The supervisor used to
+    provision one switch at a time, so s1 stayed down until s2 answered."""
+    controller = two_switches.controller
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    s1 = controller.sessions["s1"]
+    stall = two_switches.stall()
+    two_switches.s2_misbehaviour.before_read = stall
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not reach its Read"
+    two_switches.restart_s1()
+    _wait_for(lambda: s1.state == "ready" and s1.provisions == 2, "s1 provisioned again")
+    assert not stall.over.is_set(), "s1 waited for s2"
+    assert controller.sessions["s2"].state == "down"
+    expected = two_switches.class_entries(0)
+    assert ("stage_class", (1, 0)) in expected
+    assert _class_entries(s1.installed) == expected
+    stall.release.set()
+    _wait_for(lambda: controller.sessions["s2"].state == "ready", "s2 provisioned")
+    assert two_switches.class_entries(1) == expected
 
 
 # --- 6. a switch that turns slow while ready does not slow every event ------------------
