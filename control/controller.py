@@ -90,6 +90,7 @@ from control.p4runtime_client import (
     P4Names,
     P4RuntimeClient,
     P4RuntimeError,
+    TableRef,
     suppress_close_errors,
 )
 from control.policies.base import (
@@ -132,6 +133,15 @@ def read_limits(names: P4Names) -> tuple[int, int]:
     capacity = sum(table.size or DEFAULT_TABLE_SIZE for table in names.tables.values())
     capacity += sum(counter.size for counter in names.counters.values())
     entities = max(MIN_READ_LIMIT_ENTITIES, READ_LIMIT_FACTOR * capacity)
+    return entities, entities * READ_BYTES_PER_ENTITY
+
+
+def table_read_limits(table: TableRef) -> tuple[int, int]:
+    """Entities and reply bytes the controller accepts in a Read of one table (the stage
+    counters, every poll): twice what the table is declared to hold (2,048 for
+    beamer.p4's stage table), at READ_BYTES_PER_ENTITY bytes per entity, where the whole
+    pipeline's limit (:func:`read_limits`) would let a switch send 16,384 at each poll."""
+    entities = READ_LIMIT_FACTOR * (table.size or DEFAULT_TABLE_SIZE)
     return entities, entities * READ_BYTES_PER_ENTITY
 
 
@@ -1632,7 +1642,8 @@ class Controller(EventHandler):
         counted: dict[StageKey, int] = {}
         exp_field = layout.stage_fields["experiment_id"]
         stage_field = layout.stage_fields["stage_id"]
-        for entry in client.read_table(table.id, with_counters=True):
+        max_entities, max_bytes = table_read_limits(table)
+        for entry in client.read_table(table.id, True, max_entities, max_bytes):
             key, _ = from_table_entry(entry, session.names)
             values = {name: getattr(value, "value", 0) for name, value in key.match}
             counted[StageKey(values[exp_field], values[stage_field])] = (

@@ -661,11 +661,17 @@ class P4RuntimeClient:
                 raise WriteError(translated.code, translated.message, failures) from None
             raise translated from None
 
-    def read(self, entities: Sequence[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+    def read(
+        self,
+        entities: Sequence[p4runtime_pb2.Entity],
+        max_entities: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[p4runtime_pb2.Entity]:
         """All entities matching the (wildcard) ``entities``, across the streamed replies.
 
         Past :attr:`max_read_entities` entities or :attr:`max_read_bytes` bytes of replies
-        the Read is cancelled and :class:`ReadLimitError` raised. Each reply is counted
+        (or ``max_entities`` and ``max_bytes``, for this Read, where they are lower) the
+        Read is cancelled and :class:`ReadLimitError` raised. Each reply is counted
         from its bytes before it is parsed (pure-Python protobuf parses an entity in about
         0.2 ms and holds it in about 8 KB), so a switch that sends millions costs no more
         than the limit."""
@@ -674,26 +680,28 @@ class P4RuntimeClient:
         self._rpc_stub()  # not connected: ConnectionLostError
         assert self._read_bytes is not None
         what = f"{self.address}: Read"
+        entity_limit = _lowest(self.max_read_entities, max_entities)
+        byte_limit = _lowest(self.max_read_bytes, max_bytes)
         call = self._read_bytes(request, timeout=self.timeout_s)
         result: list[p4runtime_pb2.Entity] = []
         received_bytes = 0
         try:
             for data in call:
                 received_bytes += len(data)
-                if self.max_read_bytes is not None and received_bytes > self.max_read_bytes:
+                if byte_limit is not None and received_bytes > byte_limit:
                     call.cancel()
                     raise ReadLimitError(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"{what}: the switch sent more than {self.max_read_bytes:,} bytes "
+                        f"{what}: the switch sent more than {byte_limit:,} bytes "
                         "in one Read, more than this client accepts; the Read was cancelled",
                     )
-                if self.max_read_entities is not None:
-                    room = self.max_read_entities - len(result)
+                if entity_limit is not None:
+                    room = entity_limit - len(result)
                     if entity_count(data, stop_after=room + 1) > room:
                         call.cancel()
                         raise ReadLimitError(
                             grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"{what}: the switch sent more than {self.max_read_entities:,} "
+                            f"{what}: the switch sent more than {entity_limit:,} "
                             "entities in one Read, more than this client accepts; "
                             "the Read was cancelled",
                         )
@@ -710,13 +718,18 @@ class P4RuntimeClient:
         return result
 
     def read_table(
-        self, table_id: int = 0, with_counters: bool = False
+        self,
+        table_id: int = 0,
+        with_counters: bool = False,
+        max_entities: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[p4runtime_pb2.TableEntry]:
-        """Every entry of one table (``0``: of all tables), optionally with direct counters."""
+        """Every entry of one table (``0``: of all tables), optionally with direct counters;
+        the limits as :meth:`read` takes them."""
         entity = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=table_id))
         if with_counters:
             entity.table_entry.counter_data.SetInParent()
-        return [e.table_entry for e in self.read([entity])]
+        return [e.table_entry for e in self.read([entity], max_entities, max_bytes)]
 
     def read_counter(self, counter_id: int) -> dict[int, tuple[int, int]]:
         """Index → (bytes, packets) for every cell of an indirect counter."""
@@ -839,3 +852,9 @@ def suppress_close_errors(client: P4RuntimeClient) -> None:
     """Close a client that may already be broken, ignoring what its channel says."""
     with contextlib.suppress(Exception):
         client.close()
+
+
+def _lowest(*limits: int | None) -> int | None:
+    """The lowest of the limits given (None: no limit)."""
+    given = [limit for limit in limits if limit is not None]
+    return min(given) if given else None

@@ -68,11 +68,11 @@ class Misbehaviour:
 
     ``write`` runs before each Write and may end it (``context.abort``) or take its time;
     ``before_read`` runs before each Read (and may take its time); ``read`` gives the
-    replies of a Read in place of the switch's own."""
+    replies of a Read in place of the switch's own (None: the switch's own)."""
 
     write: Callable[[p4runtime_pb2.WriteRequest, RpcContext], None] | None = None
     before_read: Callable[[], None] | None = None
-    read: Callable[[p4runtime_pb2.ReadRequest], ReadReplies] | None = None
+    read: Callable[[p4runtime_pb2.ReadRequest], ReadReplies | None] | None = None
 
 
 def misbehave(server: P4RuntimeServer, misbehaviour: Misbehaviour) -> None:
@@ -91,7 +91,9 @@ def misbehave(server: P4RuntimeServer, misbehaviour: Misbehaviour) -> None:
         if misbehaviour.before_read is not None:
             misbehaviour.before_read()
         if misbehaviour.read is not None:
-            return misbehaviour.read(request)
+            replies = misbehaviour.read(request)
+            if replies is not None:
+                return replies
         return read_replies(request, context)
 
     servicer.Write = hostile_write  # type: ignore[method-assign]
@@ -295,6 +297,12 @@ def _entries_of(names: P4Names, count: int, metadata: bytes = b"") -> p4runtime_
     return reply
 
 
+def _is_counter_read(request: p4runtime_pb2.ReadRequest) -> bool:
+    """The counter poll's Read: one table's entries with their direct counters."""
+    entity = request.entities[0]
+    return entity.HasField("table_entry") and entity.table_entry.HasField("counter_data")
+
+
 def test_a_switch_that_sends_entities_without_end_is_cut_off_at_the_limit(
     hostile: HostileRig,
 ) -> None:
@@ -308,12 +316,15 @@ def test_a_switch_that_sends_entities_without_end_is_cut_off_at_the_limit(
     reply = _entries_of(names, 1000)
     reads: list[EndlessReplies] = []
 
-    def endless(request: p4runtime_pb2.ReadRequest) -> ReadReplies:
+    def endless(request: p4runtime_pb2.ReadRequest) -> ReadReplies | None:
+        if _is_counter_read(request):
+            return None  # capped lower (test_a_counter_read_is_capped_at_twice_the_stage_table)
         reads.append(EndlessReplies(reply))
         return reads[-1], None
 
     hostile.misbehaviour.read = endless
-    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    hostile.restart_switch()  # its read-back is the Read
+    _wait_for(lambda: session.state == "error" and bool(reads), "the switch to be in error")
     assert session.error is not None
     assert "the switch sent more than 4,096 entities in one Read" in session.error
     assert "the Read was cancelled" in session.error
@@ -337,8 +348,11 @@ def test_a_read_of_few_huge_entities_is_cut_off_at_the_byte_limit(hostile: Hosti
     session = controller.sessions["s1"]
     # Three entities of 1 MiB each per reply: far fewer entities than the limit.
     endless = EndlessReplies(_entries_of(names, 3, metadata=b"m" * (1 << 20)))
-    hostile.misbehaviour.read = lambda request: (endless, None)
-    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    hostile.misbehaviour.read = lambda request: (
+        None if _is_counter_read(request) else (endless, None)
+    )
+    hostile.restart_switch()  # its read-back is the Read
+    _wait_for(lambda: session.state == "error" and endless.served > 0, "the switch in error")
     assert session.error is not None
     assert "the switch sent more than 4,194,304 bytes in one Read" in session.error
     hostile.misbehaviour.read = None
@@ -354,6 +368,42 @@ def test_a_read_reply_that_does_not_parse_puts_the_switch_in_error(hostile: Host
     assert session.error is not None and "Read: a reply that does not parse" in session.error
     hostile.misbehaviour.read = None
     _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+
+
+def test_a_counter_read_is_capped_at_twice_the_stage_table(hostile: HostileRig) -> None:
+    """The counter poll reads the stage table every interval. A switch that answers it
+    with more entries than twice the table holds (129 of a 64-entry table here) is in
+    error; under the whole pipeline's cap (4,096 here, 16,384 for beamer.p4) the poll
+    took them at every interval."""
+    names = P4Names.build(hostile.artifacts.p4info)
+    table = names.table("stage_class")
+    assert table.size == 64 and read_limits(names)[0] == 4096
+    controller = hostile.controller()
+    controller.start()
+    session = controller.sessions["s1"]
+    too_many = _entries_of(names, 2 * table.size + 1).SerializeToString()
+
+    def counter_reads(request: p4runtime_pb2.ReadRequest) -> ReadReplies | None:
+        return ([too_many], None) if _is_counter_read(request) else None
+
+    hostile.misbehaviour.read = counter_reads
+    _wait_for(lambda: session.state == "error", "the switch to be in error")
+    assert session.error is not None
+    assert "the switch sent more than 128 entities in one Read" in session.error
+    # Twice the table is taken: the poll goes on with the switch ready.
+    just_enough = _entries_of(names, 2 * table.size).SerializeToString()
+    polls = [0]
+
+    def full_counter_reads(request: p4runtime_pb2.ReadRequest) -> ReadReplies | None:
+        if counter_reads(request) is None:
+            return None
+        polls[0] += 1
+        return [just_enough], None
+
+    hostile.misbehaviour.read = full_counter_reads
+    _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
+    _wait_for(lambda: polls[0] >= 3, "three counter reads")
+    assert session.state == "ready"
 
 
 def test_entities_are_counted_from_the_reply_s_bytes() -> None:
