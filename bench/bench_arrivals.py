@@ -50,6 +50,7 @@ from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
 from control.events import EventClient, EventServer
 from control.model import Experiment, Stage
+from control.options import integer
 from control.policies.base import Allocator, Ranking, Snapshot
 from control.policies.lookahead import LookaheadPolicy
 from control.policies.spec import policy_from_spec
@@ -198,9 +199,9 @@ def summary(samples: list[float]) -> dict[str, float] | None:
 def main() -> None:
     parser = OneLineErrors(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the first 4 arrivals only")
-    parser.add_argument("--arrivals", type=int, default=16, help="experiments released")
+    parser.add_argument("--arrivals", type=integer, default=16, help="experiments released")
     parser.add_argument(
-        "--stage-ends", type=int, default=8, help="stage ends after the arrivals (default 8)"
+        "--stage-ends", type=integer, default=8, help="stage ends after the arrivals (default 8)"
     )
     parser.add_argument(
         "--policy", default="beamer-lookahead", help="the lookahead (default beamer-lookahead)"

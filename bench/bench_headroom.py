@@ -64,6 +64,7 @@ from bench.heldout import summarize as summarize_against_sincronia
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Stage, TrialStage, Workload
+from control.options import integer
 from control.policies.base import BasePolicy
 from control.policies.spec import policy_from_spec
 from control.policies.static_order import StaticOrderPolicy, neighbours
@@ -242,6 +243,9 @@ def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
 
 
 BEST = "best static order"
+
+MAX_EXHAUSTIVE = 40_320
+"""The most orders ``--exhaustive`` may search whole (8!): one simulation each."""
 """The best order found by an earlier run, as ``--tails-from`` names it."""
 
 
@@ -509,8 +513,8 @@ def run_main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 1,4,7")
     parser.add_argument("--workers", type=at_least_one, default=2)
-    parser.add_argument("--evals", type=int, default=150, help="simulations per seed (local)")
-    parser.add_argument("--exhaustive", type=int, default=120, help="largest n! searched whole")
+    parser.add_argument("--evals", type=integer, default=150, help="simulations per seed (local)")
+    parser.add_argument("--exhaustive", type=integer, default=120, help="largest n! searched whole")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--markdown", action="store_true", help="print the table after the JSON")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 40 simulations each")
@@ -547,7 +551,7 @@ def run_main() -> None:
     )
     parser.add_argument(
         "--window",
-        type=int,
+        type=integer,
         default=None,
         help="local search moves an experiment at most this many places (default: any)",
     )
@@ -559,6 +563,12 @@ def run_main() -> None:
     args = parser.parse_args()
     if args.window is not None and args.window < 1:
         raise UserError(f"--window: {args.window} is not a number of places of at least 1")
+    if args.evals < 0:
+        raise UserError(f"--evals: {args.evals} is not a number of simulations")
+    if not 1 <= args.exhaustive <= MAX_EXHAUSTIVE:
+        raise UserError(
+            f"--exhaustive: {args.exhaustive} is not between 1 and {MAX_EXHAUSTIVE:,} (8!)"
+        )
     seeds = [3, 5] if args.quick else parse_seed_ranges(args.seeds)
     evals = 40 if args.quick else args.evals
     policies = tuple(args.policies.split(","))

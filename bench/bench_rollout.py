@@ -44,6 +44,7 @@ from bench.common import (
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
+from control.options import integer
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.lookahead import improve, insert_best
 from control.policies.spec import policy_from_spec
@@ -228,8 +229,10 @@ def run_main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1-10", help="e.g. 1-10 or 11-30")
     parser.add_argument("--workers", type=at_least_one, default=2)
-    parser.add_argument("--evals", type=int, default=20, help="improving simulations per arrival")
-    parser.add_argument("--window", type=int, default=3, help="longest move, in places")
+    parser.add_argument(
+        "--evals", type=integer, default=20, help="improving simulations per arrival"
+    )
+    parser.add_argument("--window", type=integer, default=3, help="longest move, in places")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--instance", default="default", choices=tuple(INSTANCES))
     parser.add_argument("--queues", default="ideal", help="ideal or K classes")

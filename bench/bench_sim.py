@@ -38,6 +38,7 @@ from bench.common import emit, run_command
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
+from control.options import integer
 from control.policies import POLICIES, get_policy, is_search
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
@@ -188,11 +189,13 @@ def default_policies() -> list[str]:
 def main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=integer, default=3)
     parser.add_argument(
-        "--reference-repeats", type=int, default=1, help="0: skip the per-flow reference"
+        "--reference-repeats", type=integer, default=1, help="0: skip the per-flow reference"
     )
-    parser.add_argument("--head", type=int, default=150, help="FB2010 coflows for the reference")
+    parser.add_argument(
+        "--head", type=integer, default=150, help="FB2010 coflows for the reference"
+    )
     parser.add_argument(
         "--part",
         choices=("all", "offline", "fb2010", "hp-tuning"),

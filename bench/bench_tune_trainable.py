@@ -10,6 +10,7 @@ from typing import Any
 from bench.common import emit, median_seconds, run_command
 from control.cli import OneLineErrors
 from control.errors import UserError
+from control.options import integer
 from tuner.allreduce import GroupHost, WorkerGroup, sync_model_bytes
 from tuner.contract import HostEndpoint, Pattern
 from tuner.training import DataParallelTraining, TrainingConfig, gradient_bytes, local_sum
@@ -57,7 +58,7 @@ built in memory once per worker."""
 def main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--hidden-width", type=int, default=512)
+    parser.add_argument("--hidden-width", type=integer, default=512)
     args = parser.parse_args()
     if not 1 <= args.hidden_width <= MAX_HIDDEN_WIDTH:
         raise UserError(

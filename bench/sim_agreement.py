@@ -17,6 +17,7 @@ from typing import Any
 from bench.common import emit, parse_seed_ranges, run_command
 from control.cli import OneLineErrors
 from control.errors import UserError
+from control.options import integer
 from control.policies.spec import policy_from_spec
 from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
@@ -47,7 +48,7 @@ def agreement(fast: SimResult, reference: SimResult) -> dict[str, float | bool]:
 def main() -> None:
     parser = OneLineErrors(description=__doc__)
     parser.add_argument("--seeds", default="1,2", help="comma-separated workload seeds")
-    parser.add_argument("--jobs", type=int, default=14, help="HP-tuning jobs per workload")
+    parser.add_argument("--jobs", type=integer, default=14, help="HP-tuning jobs per workload")
     parser.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated")
     parser.add_argument("--queues", default="ideal,8", help="comma-separated: ideal or a count")
     args = parser.parse_args()

@@ -281,6 +281,17 @@ def test_tune_outputs_are_written_all_or_none(tmp_path: Path) -> None:
         ("bench.bench_sweep", ["--repeats", "0"], "--repeats: '0' is not a whole number"),
         ("bench.bench_rollout", ["--workers", "\u0662"], "--workers: invalid int value"),
         ("bench.bench_bssi", ["--bogus"], "unrecognized arguments: --bogus"),
+        # Every count a benchmark takes is spelled in ASCII digits, as the commands' are.
+        ("bench.bench_sim", ["--head", "\u0661\u0665"], "--head: invalid int value"),
+        ("bench.bench_sim", ["--repeats", "1_0"], "--repeats: invalid int value"),
+        ("bench.bench_arrivals", ["--arrivals", "\u0664"], "--arrivals: invalid int value"),
+        ("bench.bench_rollout", ["--window", "\u0663"], "--window: invalid int value"),
+        ("bench.bench_tune_trainable", ["--hidden-width", "\u0665"], "--hidden-width: invalid"),
+        ("bench.sim_agreement", ["--jobs", "\u0662"], "--jobs: invalid int value"),
+        ("bench.bench_headroom", ["--evals", "\u0665"], "--evals: invalid int value"),
+        ("bench.bench_headroom", ["--evals", "-1"], "--evals: -1 is not a number of simulations"),
+        # 10**12 orders searched whole would not end: n! of 8 experiments is the most.
+        ("bench.bench_headroom", ["--exhaustive", "10" * 6], "--exhaustive: 101010101010 is not"),
     ],
 )
 def test_benchmark_arguments_out_of_range_are_one_line(
