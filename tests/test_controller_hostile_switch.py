@@ -31,7 +31,6 @@ from test_controller_p4runtime import (
     _Program,
     _start_experiment,
     _Switch,
-    _topology,
     _wait_for,
     two_embedded_switches,
 )
@@ -121,20 +120,11 @@ def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileRig]:
     misbehaviour = Misbehaviour()
     misbehave(server, misbehaviour)
     server.start()
-    program = _Program(_p4info())
-    rig = HostileRig(
-        switch,
-        server,
-        _topology(server.addr),
-        PipelineArtifacts(program.p4info, program.device_config()),
-        misbehaviour=misbehaviour,
-    )
+    rig = HostileRig.serving(switch, server, _p4info(), misbehaviour=misbehaviour)
     try:
         yield rig
     finally:
-        for controller in rig.controllers:
-            controller.stop()
-        rig.server.stop(0)
+        rig.close()
 
 
 def _said_about_switches(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -242,13 +232,7 @@ def test_megabytes_of_error_text_ending_the_stream_are_shortened(
 
     server.servicer.StreamChannel = refuse_stream  # type: ignore[method-assign]
     server.start()
-    program = _Program(_p4info())
-    rig = Rig(
-        _Switch(),
-        server,
-        _topology(server.addr),
-        PipelineArtifacts(program.p4info, program.device_config()),
-    )
+    rig = Rig.serving(_Switch(), server, _p4info())
     try:
         controller = rig.controller()
         controller.start()
@@ -257,9 +241,7 @@ def test_megabytes_of_error_text_ending_the_stream_are_shortened(
         assert session.error is not None and "go away: because because" in session.error
         assert len(session.error) <= MESSAGE_BOUND
     finally:
-        for controller in rig.controllers:
-            controller.stop()
-        server.stop(0)
+        rig.close()
 
 
 # --- 2. a Read has a cap -----------------------------------------------------------------
@@ -668,6 +650,27 @@ STALL_S = 20.0
 
 
 @dataclass
+class StalledWrites:
+    """A Write misbehaviour: each Write waits for ``stall``; counts the most Writes that
+    were out at once (the controller's writes to one switch must never overlap)."""
+
+    stall: Stall
+    in_flight: int = 0
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            self.stall()
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+@dataclass
 class TwoSwitches:
     """s1 and s2 in a line (h1 - s1 - s2 - h2); s2 misbehaves as ``s2_misbehaviour``
     says, from its restart on."""
@@ -770,21 +773,8 @@ def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
     controller.start()
     _start_experiment(controller, 1, [100, 200])
     stall = two_switches.stall()
-    in_flight = [0]
-    most_in_flight = [0]
-    lock = threading.Lock()
-
-    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
-        with lock:
-            in_flight[0] += 1
-            most_in_flight[0] = max(most_in_flight[0], in_flight[0])
-        try:
-            stall()
-        finally:
-            with lock:
-                in_flight[0] -= 1
-
-    two_switches.s2_misbehaviour.write = slow_write
+    writes = StalledWrites(stall)
+    two_switches.s2_misbehaviour.write = writes
     two_switches.restart_s2()
     assert stall.inside.wait(10), "s2's provisioning did not write"
     reply = controller.handle_event(
@@ -797,7 +787,7 @@ def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
     _wait_for(lambda: session.state == "ready", "s2 provisioned")
     assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
     assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
-    assert most_in_flight[0] == 1
+    assert writes.most_in_flight == 1
 
 
 def test_a_slow_switch_being_provisioned_does_not_hold_up_another_s_reconnect(
@@ -850,20 +840,8 @@ def test_a_ready_switch_slower_than_the_budget_is_set_lagging_and_caught_up(
     session = controller.sessions["s2"]
     assert [s.state for s in controller.sessions.values()] == ["ready", "ready"]
     stall = two_switches.stall()
-    in_flight, most_in_flight = [0], [0]
-    lock = threading.Lock()
-
-    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
-        with lock:
-            in_flight[0] += 1
-            most_in_flight[0] = max(most_in_flight[0], in_flight[0])
-        try:
-            stall()
-        finally:
-            with lock:
-                in_flight[0] -= 1
-
-    two_switches.s2_misbehaviour.write = slow_write
+    writes = StalledWrites(stall)
+    two_switches.s2_misbehaviour.write = writes
     started = time.monotonic()
     _start_experiment(controller, 1, [100, 200])
     reply = controller.handle_event(
@@ -885,7 +863,7 @@ def test_a_ready_switch_slower_than_the_budget_is_set_lagging_and_caught_up(
     assert session.error is None
     assert two_switches.class_entries(1) == expected
     assert _class_entries(session.installed) == expected
-    assert most_in_flight[0] == 1, "writes to s2 overlapped"
+    assert writes.most_in_flight == 1, "writes to s2 overlapped"
     assert session.provisions == 1, "caught up without provisioning again"
     # Ready again, s2 gets the next event's writes before the reply.
     two_switches.s2_misbehaviour.write = None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import grpc
 import pytest
@@ -129,6 +129,21 @@ class Rig:
     artifacts: PipelineArtifacts
     controllers: list[Controller] = field(default_factory=list)
 
+    @classmethod
+    def serving(
+        cls, switch: _Switch, server: P4RuntimeServer, p4info: p4info_pb2.P4Info, **more: Any
+    ) -> Self:
+        """A rig around a started server, its controllers running ``p4info``'s program."""
+        program = _Program(p4info)
+        artifacts = PipelineArtifacts(program.p4info, program.device_config())
+        return cls(switch, server, _topology(server.addr), artifacts, **more)
+
+    def close(self) -> None:
+        """Stop every controller the test made, then the switch."""
+        for controller in self.controllers:
+            controller.stop()
+        self.server.stop(0)
+
     def controller(self, **overrides: Any) -> Controller:
         settings: dict[str, Any] = {
             "topology": self.topology,
@@ -182,19 +197,11 @@ def _make_rig(monkeypatch: pytest.MonkeyPatch, coflow_size: int) -> Iterator[Rig
     switch = _Switch()
     server = P4RuntimeServer(switch, 0, "127.0.0.1:0")
     server.start()
-    program = _Program(_p4info(coflow_size))
-    rig = Rig(
-        switch,
-        server,
-        _topology(server.addr),
-        PipelineArtifacts(program.p4info, program.device_config()),
-    )
+    rig = Rig.serving(switch, server, _p4info(coflow_size))
     try:
         yield rig
     finally:
-        for controller in rig.controllers:
-            controller.stop()
-        rig.server.stop(0)
+        rig.close()
 
 
 @pytest.fixture
