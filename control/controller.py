@@ -853,6 +853,12 @@ class Controller(EventHandler):
             max_workers=max(1, len(self.sessions)), thread_name_prefix="bring-up"
         )
         """One attempt per switch at a time (see :meth:`_supervise_once`)."""
+        self._poller = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poll")
+        self._polling: Future[None] | None = None
+        """The counter poll under way (see :meth:`_poll`); one at a time."""
+        self._readers = ThreadPoolExecutor(
+            max_workers=max(1, len(self.sessions)), thread_name_prefix="counters"
+        )
         self.journal = EventJournal(config.journal_path) if config.journal_path else None
         if self.journal is not None:
             self.journal.check_writable()
@@ -898,8 +904,10 @@ class Controller(EventHandler):
         if self._supervisor is not None:
             self._supervisor.join(timeout=10)
         # Attempts under way may open a stream: they end (within their RPC timeouts)
-        # before the streams are closed.
+        # before the streams are closed; so does a counter poll.
         self._attempts.shutdown(wait=True)
+        self._poller.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
         with self._schedule_lock:
             if self._searching_policy is not None:
                 self._searching_policy.close()
@@ -1527,10 +1535,17 @@ class Controller(EventHandler):
                 with self._schedule_lock:
                     if session.state in ("ready", "error"):
                         self._not_primary(session)
-        if time.monotonic() - last_counters >= self.config.counter_interval_s:
+        polled = self._polling is None or self._polling.done()
+        if polled and time.monotonic() - last_counters >= self.config.counter_interval_s:
             last_counters = time.monotonic()
-            self._poll()
+            self._polling = self._poller.submit(self._poll_logged)
         return last_counters
+
+    def _poll_logged(self) -> None:
+        try:
+            self._poll()
+        except Exception:  # a bug must not go unseen; the next poll runs as usual
+            log.exception("counter poll failed")
 
     def _attempt(self, session: SwitchSession, work: Callable[..., None], *args: Any) -> None:
         """Run ``work`` for one switch in the background: a switch whose RPCs are slow
@@ -1584,28 +1599,25 @@ class Controller(EventHandler):
     def _poll(self) -> None:
         """Check each ready switch still runs our pipeline, and read the stage counters.
 
-        The RPCs run outside the lock, so a slow switch does not hold up events."""
+        Runs in the background, off the supervisor's loop (:meth:`_supervise_once`), with
+        the switches read at once and outside the lock: a slow switch holds up neither
+        events nor the supervision of the others, and delays the others' readings only
+        until its RPCs' timeout. A reading is taken in only if its switch is still ready
+        on the same stream (an event may have set it lagging meanwhile)."""
         with self._schedule_lock:
             targets = [
                 (s, s.client)
                 for s in self.sessions.values()
                 if s.state == "ready" and s.client is not None
             ]
-        readings: list[tuple[SwitchSession, bool, dict[StageKey, int] | None, str | None]] = []
-        for session, client in targets:
-            assert client is not None
-            try:
-                if client.pipeline_cookie() != session.artifacts.cookie:
-                    readings.append((session, False, None, None))
-                    continue
-                readings.append((session, True, self._read_stage_bytes(session, client), None))
-            except P4RuntimeError as error:
-                readings.append((session, True, None, str(error)))
-            except UNREADABLE_ENTRY as error:
-                readings.append((session, True, None, unreadable_entry(error)))
+        readings = list(self._readers.map(lambda target: self._reading(*target), targets))
         progress: dict[StageKey, float] = {}
         with self._schedule_lock:
-            for session, pipeline_ok, counted, failure in readings:
+            for (session, client), (pipeline_ok, counted, failure) in zip(
+                targets, readings, strict=True
+            ):
+                if session.state != "ready" or session.client is not client:
+                    continue
                 if not pipeline_ok:
                     # Provisioned again by the supervisor, over the stream it holds.
                     self._say(session, logging.WARNING, "pipeline gone; re-provisioning")
@@ -1630,6 +1642,21 @@ class Controller(EventHandler):
                     self.state.add_progress(progress)
                 if not getattr(self.policy, "clairvoyant", True):
                     self._reschedule()
+
+    def _reading(
+        self, session: SwitchSession, client: P4RuntimeClient | None
+    ) -> tuple[bool, dict[StageKey, int] | None, str | None]:
+        """One switch's part of a poll: whether it runs our pipeline, its stage counters,
+        and the error that ended the reading."""
+        assert client is not None
+        try:
+            if client.pipeline_cookie() != session.artifacts.cookie:
+                return False, None, None
+            return True, self._read_stage_bytes(session, client), None
+        except P4RuntimeError as error:
+            return True, None, str(error)
+        except UNREADABLE_ENTRY as error:
+            return True, None, unreadable_entry(error)
 
     def _read_stage_bytes(
         self, session: SwitchSession, client: P4RuntimeClient

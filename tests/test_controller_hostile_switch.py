@@ -932,3 +932,71 @@ def test_a_switch_inside_the_budget_is_waited_for(two_switches: TwoSwitches) -> 
     expected = two_switches.class_entries(0)
     assert ("stage_class", (2, 0)) in expected
     assert two_switches.class_entries(1) == expected
+
+
+# --- 7. counter reads run off the supervisor's loop ------------------------------------
+
+
+def test_a_slow_counter_read_does_not_hold_up_another_switch_s_reconnect(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2 takes its time over a counter Read; s1 restarts meanwhile and is provisioned
+    again before s2 answers. The supervisor used to read the counters in its own loop,
+    so it looked at s1 again only once s2 had answered."""
+    controller = two_switches.controller
+    two_switches.restart_s2()
+    controller.start()
+    _start_experiment(controller, 1, [100, 200])
+    s1 = controller.sessions["s1"]
+    stall = two_switches.stall()
+
+    def slow_counter_read(request: p4runtime_pb2.ReadRequest) -> ReadReplies | None:
+        if _is_counter_read(request):
+            stall()
+        return None
+
+    two_switches.s2_misbehaviour.read = slow_counter_read
+    assert stall.inside.wait(10), "no counter read of s2"
+    two_switches.restart_s1()
+    _wait_for(lambda: s1.state == "ready" and s1.provisions == 2, "s1 provisioned again")
+    assert not stall.over.is_set(), "s1 waited for s2's counter read"
+    assert two_switches.class_entries(0) == _class_entries(s1.installed)
+
+
+def test_a_counter_reading_that_ends_after_the_switch_turned_lagging_is_dropped(
+    two_switches: TwoSwitches,
+) -> None:
+    """s2's counter Read is out when an event sets s2 lagging; the Read then fails. The
+    failure is not taken in: s2 stays lagging, with its Write out, and is caught up when
+    that ends. Taken in, it would put s2 in error and start a read-back beside the
+    Write still out."""
+    controller = two_switches.controller
+    _with_budget(controller)
+    two_switches.restart_s2()
+    controller.start()
+    session = controller.sessions["s2"]
+    read_stall = two_switches.stall()
+
+    def failing_counter_read(request: p4runtime_pb2.ReadRequest) -> ReadReplies | None:
+        if not _is_counter_read(request):
+            return None
+        read_stall()
+        return [b"\x0a\xff\xff\xff\xff\x0f"], None  # a reply that does not parse
+
+    two_switches.s2_misbehaviour.read = failing_counter_read
+    assert read_stall.inside.wait(10), "no counter read of s2"
+    polling = controller._polling
+    assert polling is not None
+    write_stall = two_switches.stall()
+    writes = StalledWrites(write_stall)
+    two_switches.s2_misbehaviour.write = writes
+    _start_experiment(controller, 1, [100, 200])
+    assert session.state == "lagging"
+    two_switches.s2_misbehaviour.read = None
+    read_stall.release.set()
+    polling.result(timeout=10)
+    assert session.state == "lagging", session.error
+    write_stall.release.set()
+    _wait_for(lambda: session.state == "ready", "s2 caught up")
+    assert two_switches.class_entries(1) == two_switches.class_entries(0)
+    assert writes.most_in_flight == 1
