@@ -376,7 +376,13 @@ class FastSimulation(Simulation):
         uids, rows = self._rows()
         if self._row_rate is None:
             self._row_rate = kernels.row_rates(
-                self._rates, rows, self._moving_entries(), self._flow_start, self._flows, len(uids)
+                self._rates,
+                rows,
+                self._moving_entries(),
+                self._in_entry_order,
+                self._flow_start,
+                self._flows,
+                len(uids),
             )
         coflow_rate = self._row_rate
         return float(kernels.first_threshold_s(thresholds, self._sent, coflow_rate, self.now_s))

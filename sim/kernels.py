@@ -1222,17 +1222,36 @@ def row_rates(
     rates: np.ndarray,
     rows: np.ndarray,
     moving: np.ndarray,
+    in_entry_order: np.ndarray,
     flow_start: np.ndarray,
     flows: np.ndarray,
     num_rows: int,
 ) -> np.ndarray:  # pragma: no cover - compiled
     """Each row's rate: the sum over its moving flows in flow order (as in
     :func:`advance`), which is ``numpy.bincount`` over the per-flow model's flows, bit for
-    bit; rows without a moving entry get 0."""
+    bit; rows without a moving entry get 0.
+
+    As in :func:`advance`, a row whose flows are its entries in entry order, one each
+    (``in_entry_order[row]``), sums its run of moving entries, which are those flows
+    with a rate, in that order; holes add nothing. Other rows sum over all their flows,
+    skipping those without a rate."""
     out = np.zeros(num_rows)
     done = np.zeros(num_rows, dtype=np.uint8)
-    for i in moving:
+    count = len(moving)
+    k = 0
+    while k < count:
+        i = moving[k]
         row = rows[i]
+        if in_entry_order[row]:
+            acc = 0.0
+            while k < count and rows[moving[k]] == row:
+                rate = rates[moving[k]]
+                if rate > 0.0:
+                    acc += rate
+                k += 1
+            out[row] += acc  # from 0: the same sum
+            continue
+        k += 1
         if rates[i] <= 0.0 or done[row]:
             continue
         done[row] = 1

@@ -319,3 +319,51 @@ def test_fifo_serves_coflows_in_arrival_order(model: SimConfig) -> None:
     assert (fifo.cct_s[a], fifo.cct_s[b]) == (pytest.approx(2.0), pytest.approx(2.9))
     sincronia = simulate(workload, get_policy("sincronia"), model)
     assert (sincronia.cct_s[a], sincronia.cct_s[b]) == (pytest.approx(3.0), pytest.approx(1.0))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_row_rates_sum_each_row_s_moving_flows_in_flow_order(seed: int) -> None:
+    """A coflow's rate towards its re-ranking threshold is the per-flow model's sum over
+    its flows with a rate, in flow order, bit for bit. Rows whose flows are their
+    entries in order are summed over their run of the moving list (holes included);
+    the others over their flows, where an entry stands for several."""
+    rng = np.random.default_rng(seed)
+    num_rows = int(rng.integers(1, 12))
+    rows, flows, flow_start = [], [], [0]
+    in_entry_order = rng.random(num_rows) < 0.6
+    entries_of_row: list[list[int]] = []
+    for row in range(num_rows):
+        first = len(rows)
+        count = int(rng.integers(1, 9))
+        rows += [row] * count
+        entries = list(range(first, first + count))
+        entries_of_row.append(entries)
+        if in_entry_order[row]:
+            flows += entries
+        else:  # several flows per entry, in an order of their own
+            mine = [e for e in entries for _ in range(int(rng.integers(1, 4)))]
+            flows += [mine[k] for k in rng.permutation(len(mine))]
+        flow_start.append(len(flows))
+    # Rates of very different sizes, so that the order of the additions shows.
+    rates = rng.choice([0.0, 1e-7, 0.3, 1.0, 3e5, 1e9], size=len(rows)) * rng.random(len(rows))
+    moving = []
+    for row in rng.permutation(num_rows):  # rows adjacent, in class order
+        listed = [e for e in entries_of_row[row] if rates[e] > 0.0 or rng.random() < 0.3]
+        moving += listed  # a listed entry without a rate is a hole
+    expected = np.zeros(num_rows)
+    for row in range(num_rows):
+        total = 0.0
+        for f in flows[flow_start[row] : flow_start[row + 1]]:
+            if rates[f] > 0.0:
+                total += float(rates[f])
+        expected[row] = total
+    got = kernels.row_rates(
+        rates,
+        np.array(rows, dtype=np.int64),
+        np.array(moving, dtype=np.int64),
+        in_entry_order,
+        np.array(flow_start, dtype=np.int64),
+        np.array(flows, dtype=np.int64),
+        num_rows,
+    )
+    assert got.tolist() == expected.tolist()
