@@ -25,6 +25,7 @@ from bmv2_tools import REPO_ROOT, p4c_compile, require
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
+from processes import end_process
 
 from bmv2_topos.bmv2 import switch_command
 from control.entries import ActionCall, EntryKey, to_table_entry
@@ -157,9 +158,4 @@ def switch_under_test(
             client.close()
             for host in hosts.values():
                 host.close()
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            end_process(process)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from controller_helpers import SmallestFirst, one_class_per_rank
+from processes import end_process
 from test_controller_p4runtime import _class_entries, _plan, _start_experiment, _topology, _wait_for
 
 from control.controller import Controller, ControllerConfig
@@ -64,12 +65,7 @@ def switch_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], st
     finally:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            end_process(process)
         log.close()
 
 
