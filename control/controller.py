@@ -903,21 +903,29 @@ class Controller(EventHandler):
         self._wake.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=10)
-        # Attempts under way may open a stream: they end (within their RPC timeouts)
-        # before the streams are closed; so does a counter poll.
+        # Closing the streams ends the RPCs still out on them (an attempt's, a poll's, a
+        # lagging switch's writes) at once rather than at their timeouts; an attempt may
+        # open a new stream meanwhile, so they are closed again once the attempts end.
+        self._close_streams()
         self._attempts.shutdown(wait=True)
         self._poller.shutdown(wait=True)
         self._readers.shutdown(wait=True)
+        self._close_streams()
         with self._schedule_lock:
             if self._searching_policy is not None:
                 self._searching_policy.close()
                 self._searching_policy = None
-            for session in self.sessions.values():
-                if session.client is not None:
-                    suppress_close_errors(session.client)
-                    session.client = None
-                session.state = "down"
         self._writers.shutdown(wait=True)
+
+    def _close_streams(self) -> None:
+        """On stop: every switch down, its stream closed."""
+        with self._schedule_lock:
+            clients = [s.client for s in self.sessions.values() if s.client is not None]
+            for session in self.sessions.values():
+                session.client = None
+                session.state = "down"
+        for client in clients:
+            suppress_close_errors(client)  # may wait for its reader: not under the lock
 
     # -- event API --
 

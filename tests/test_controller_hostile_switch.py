@@ -1000,3 +1000,22 @@ def test_a_counter_reading_that_ends_after_the_switch_turned_lagging_is_dropped(
     _wait_for(lambda: session.state == "ready", "s2 caught up")
     assert two_switches.class_entries(1) == two_switches.class_entries(0)
     assert writes.most_in_flight == 1
+
+
+def test_stop_does_not_wait_for_a_stalled_switch(two_switches: TwoSwitches) -> None:
+    """s2's provisioning Read is out, and would be for up to the RPC timeout (30 s here),
+    when the controller stops: closing the streams first ends it at once. Stop used to
+    wait for the attempts under way before it closed the streams."""
+    controller = two_switches.controller
+    controller.start()
+    stall = two_switches.stall()
+    two_switches.s2_misbehaviour.before_read = stall
+    two_switches.restart_s2()
+    assert stall.inside.wait(10), "s2's provisioning did not reach its Read"
+    started = time.monotonic()
+    controller.stop()
+    took_s = time.monotonic() - started
+    assert not stall.over.is_set()
+    assert took_s < 5.0, f"stop took {took_s:.1f} s"
+    assert [s.state for s in controller.sessions.values()] == ["down", "down"]
+    assert all(s.client is None for s in controller.sessions.values())
