@@ -32,6 +32,7 @@ from test_controller_p4runtime import (
     _start_experiment,
     _Switch,
     _wait_for,
+    switch_entries,
     two_embedded_switches,
 )
 
@@ -46,7 +47,6 @@ from control.controller import (
     read_limits,
 )
 from control.controller_cli import format_status
-from control.entries import from_table_entry
 from control.p4runtime_client import P4Names, P4RuntimeClient, _update_errors, entity_count
 from softswitch.p4rt import pipeline_config
 from softswitch.p4rt.rpc import RpcContext
@@ -699,15 +699,7 @@ class TwoSwitches:
         self.servers[1].start()
 
     def class_entries(self, index: int) -> dict[tuple[str, tuple[int, ...]], int]:
-        names = P4Names.build(self.artifacts.p4info)
-        client = P4RuntimeClient(self.servers[index].addr, 0).read_only()
-        try:
-            read = client.read_table(0)
-        finally:
-            client.close()
-        return _class_entries(
-            dict(from_table_entry(e, names) for e in read if not e.is_default_action)
-        )
+        return _class_entries(switch_entries(self.servers[index].addr, self.artifacts.p4info))
 
 
 @pytest.fixture

@@ -168,13 +168,18 @@ class Rig:
 
     def read_entries(self) -> EntryMap:
         """What the switch holds, read over P4Runtime by an independent client."""
-        names = P4Names.build(self.artifacts.p4info)
-        client = P4RuntimeClient(self.server.addr, 0).read_only()
-        try:
-            entries = client.read_table(0)
-        finally:
-            client.close()
-        return dict(from_table_entry(e, names) for e in entries if not e.is_default_action)
+        return switch_entries(self.server.addr, self.artifacts.p4info)
+
+
+def switch_entries(address: str, p4info: p4info_pb2.P4Info) -> EntryMap:
+    """What the switch at ``address`` holds, read over P4Runtime by an independent client."""
+    names = P4Names.build(p4info)
+    client = P4RuntimeClient(address, 0).read_only()
+    try:
+        entries = client.read_table(0)
+    finally:
+        client.close()
+    return dict(from_table_entry(e, names) for e in entries if not e.is_default_action)
 
 
 def _topology(addr: str) -> Topology:
@@ -758,15 +763,9 @@ def test_two_switches_written_together_and_one_down_does_not_block_events(
         rpc_timeout_s=2.0,
     )
     controller = Controller(config, SmallestFirst(), one_class_per_rank)
-    names = P4Names.build(artifacts.p4info)
 
     def entries(server: P4RuntimeServer) -> EntryMap:
-        client = P4RuntimeClient(server.addr, 0).read_only()
-        try:
-            read = client.read_table(0)
-        finally:
-            client.close()
-        return dict(from_table_entry(e, names) for e in read if not e.is_default_action)
+        return switch_entries(server.addr, artifacts.p4info)
 
     try:
         controller.start()

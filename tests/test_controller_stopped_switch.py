@@ -21,12 +21,17 @@ from pathlib import Path
 import pytest
 from controller_helpers import SmallestFirst, one_class_per_rank
 from processes import end_process
-from test_controller_p4runtime import _class_entries, _plan, _start_experiment, _topology, _wait_for
+from test_controller_p4runtime import (
+    _class_entries,
+    _plan,
+    _start_experiment,
+    _topology,
+    _wait_for,
+    switch_entries,
+)
 
 from control.controller import Controller, ControllerConfig
 from control.controller_cli import DEFAULT_P4, embedded_artifacts
-from control.entries import from_table_entry
-from control.p4runtime_client import P4Names, P4RuntimeClient
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET_S = 0.5
@@ -69,15 +74,6 @@ def switch_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], st
         log.close()
 
 
-def _installed_classes(address: str, names: P4Names) -> dict[tuple[str, tuple[int, ...]], int]:
-    client = P4RuntimeClient(address, 0).read_only()
-    try:
-        read = client.read_table(0)
-    finally:
-        client.close()
-    return _class_entries(dict(from_table_entry(e, names) for e in read if not e.is_default_action))
-
-
 def test_a_stopped_switch_costs_one_event_the_budget_and_catches_up_when_it_resumes(
     switch_process: tuple[subprocess.Popen[bytes], str],
 ) -> None:
@@ -93,7 +89,6 @@ def test_a_stopped_switch_costs_one_event_the_budget_and_catches_up_when_it_resu
         write_budget_s=BUDGET_S,
     )
     controller = Controller(config, SmallestFirst(), one_class_per_rank)
-    names = P4Names.build(artifacts.p4info)
     session = controller.sessions["s1"]
     try:
         controller.start()
@@ -123,12 +118,13 @@ def test_a_stopped_switch_costs_one_event_the_budget_and_catches_up_when_it_resu
         _wait_for(lambda: session.state == "ready", "the switch caught up", timeout_s=30)
         planned = _class_entries(session.installed)
         assert ("stage_class", (2, 0)) in planned
-        assert _installed_classes(address, names) == planned
+        assert _class_entries(switch_entries(address, artifacts.p4info)) == planned
         reply = controller.handle_event(
             {"type": "trial_stopped", "experiment_id": 1, "stage_id": 0, "trial_id": 0}
         )
         assert reply["pending_switches"] == []
-        assert _installed_classes(address, names) == _class_entries(session.installed)
+        held = _class_entries(switch_entries(address, artifacts.p4info))
+        assert held == _class_entries(session.installed)
     finally:
         os.kill(process.pid, signal.SIGCONT)
         controller.stop()
