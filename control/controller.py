@@ -1140,9 +1140,11 @@ class Controller(EventHandler):
         if isinstance(failure, NotPrimaryError):
             self._refused(session, failure)
         elif failure is not None:
-            self._say(session, logging.WARNING, f"write failed ({failure}); will read back")
+            # Said so: the failure may have come long after the event that sent the writes.
+            when = " while lagging" if session.state == "lagging" else ""
             session.state = "error"
-            session.error = str(failure)
+            session.error = f"write failed{when} ({failure})"
+            self._say(session, logging.WARNING, f"{session.error}; will read back")
             self._wake.set()
 
     def _lagging(self, session: SwitchSession, writing: Future[_Written]) -> None:

@@ -873,10 +873,12 @@ def test_a_ready_switch_slower_than_the_budget_is_set_lagging_and_caught_up(
 
 
 def test_a_lagging_switch_whose_writes_fail_is_read_back_and_brought_to_the_plan(
-    two_switches: TwoSwitches,
+    two_switches: TwoSwitches, caplog: pytest.LogCaptureFixture
 ) -> None:
     """s2's Write takes longer than the budget and then fails: s2 is in error, read back,
-    and written to the plan as it is then."""
+    and written to the plan as it is then. The failure is said to have come while it
+    was lagging (long after the event that sent the write)."""
+    caplog.set_level(logging.INFO, logger="control.controller")
     controller = two_switches.controller
     _with_budget(controller)
     two_switches.restart_s2()
@@ -897,6 +899,9 @@ def test_a_lagging_switch_whose_writes_fail_is_read_back_and_brought_to_the_plan
     stall.release.set()
     _wait_for(lambda: session.state == "ready", "s2 read back and caught up")
     assert session.reconciles > reads_before
+    failed = [line for line in _said_about_switches(caplog) if "write failed" in line]
+    assert len(failed) == 1 and "write failed while lagging" in failed[0], failed
+    assert "the table memory is busy" in failed[0]
     expected = two_switches.class_entries(0)
     assert ("coflow_class", (1, 0, 65536)) in expected
     assert two_switches.class_entries(1) == expected
