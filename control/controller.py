@@ -709,6 +709,11 @@ class SwitchSession:
     """When the switch last became ready (controller clock); None while it is not."""
     writing: Future[_Written] | None = None
     """The event writes still out on a ``lagging`` switch (None: none)."""
+    slow: bool = False
+    """Its last event writes took longer than the write budget: events no longer wait
+    for its writes (it turns lagging at once) until a write of its is acknowledged
+    within the budget, so that a switch that stays slow costs one event the budget, not
+    one event after each catch-up."""
     attempt: Future[None] | None = None
     """The supervisor's attempt to bring the switch up or catch it up, running in the
     background (None: none since the last round looked)."""
@@ -723,6 +728,7 @@ class _Written:
     counts: tuple[int, int, int, int]
     installed: EntryMap
     failure: P4RuntimeError | None
+    took_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -1100,8 +1106,9 @@ class Controller(EventHandler):
         """Bring ready switches to the plan; returns write counts. Under the schedule lock.
 
         Switches are independent: their writes run at once, and this waits for every
-        acknowledgement, up to ``write_budget_s``. A switch still writing then is set
-        lagging (:meth:`_lagging`), and its writes are not counted here."""
+        acknowledgement, up to ``write_budget_s``; for a switch already known to be slower
+        than that (``slow``), not at all. A switch still writing then is set lagging
+        (:meth:`_lagging`), and its writes are not counted here."""
         jobs: list[tuple[SwitchSession, Future[_Written]]] = []
         for session in sessions:
             started = time.perf_counter()
@@ -1111,7 +1118,9 @@ class Controller(EventHandler):
                 jobs.append((session, self._writers.submit(self._write, session, changes)))
         if not jobs:
             return 0, 0, 0, 0
-        wait([future for _, future in jobs], timeout=self.config.write_budget_s)
+        waited = [future for session, future in jobs if not session.slow]
+        if waited:
+            wait(waited, timeout=self.config.write_budget_s)
         totals = [0, 0, 0, 0]
         for session, future in jobs:
             if not future.done():
@@ -1127,15 +1136,18 @@ class Controller(EventHandler):
         client = session.client
         assert client is not None
         installed = dict(session.installed)
+        started = time.perf_counter()
         rpcs, failure = self._write_changes(session, client, changes, installed)
+        took_s = time.perf_counter() - started
         counts = (len(changes.inserts), len(changes.modifies), len(changes.deletes), rpcs)
-        return _Written(counts, installed, failure)
+        return _Written(counts, installed, failure, took_s)
 
     def _settle(self, session: SwitchSession, written: _Written) -> None:
         """Take in a switch's acknowledged writes; on failure, mark the switch for
         reconciliation (read back, then diff again) by the supervisor. Under the
         schedule lock."""
         session.installed = written.installed
+        session.slow = written.took_s > self.config.write_budget_s
         failure = written.failure
         if isinstance(failure, NotPrimaryError):
             self._refused(session, failure)
@@ -1143,7 +1155,7 @@ class Controller(EventHandler):
             # Said so: the failure may have come long after the event that sent the writes.
             when = " while lagging" if session.state == "lagging" else ""
             session.state = "error"
-            session.error = f"write failed{when} ({failure})"
+            session.error = f"write failed{when}: {failure}"
             self._say(session, logging.WARNING, f"{session.error}; will read back")
             self._wake.set()
 
@@ -1154,10 +1166,16 @@ class Controller(EventHandler):
         (:meth:`_resume`). Under the schedule lock."""
         budget = self.config.write_budget_s
         session.state = "lagging"
-        session.error = (
-            f"its writes took longer than {budget:g} s; events go on without it, and it "
-            "catches up once they are acknowledged"
-        )
+        if session.slow:
+            session.error = (
+                f"its last writes took longer than {budget:g} s; events do not wait for it "
+                "until a write of its is acknowledged within that"
+            )
+        else:
+            session.error = (
+                f"its writes took longer than {budget:g} s; events go on without it, and it "
+                "catches up once they are acknowledged"
+            )
         session.ready_since_s = None
         session.writing = writing
         self._say(session, logging.WARNING, session.error)
@@ -1289,6 +1307,8 @@ class Controller(EventHandler):
         client = connection.client
         with self._schedule_lock:
             stale = session.client if session.client is not client else None
+            if session.client is not client:
+                session.slow = False  # a new stream, maybe to a restarted switch
             session.client = client
         if stale is not None:
             suppress_close_errors(stale)  # may wait for its reader: not under the lock

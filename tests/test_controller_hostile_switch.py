@@ -908,6 +908,48 @@ def test_a_lagging_switch_whose_writes_fail_is_read_back_and_brought_to_the_plan
     assert _class_entries(session.installed) == expected
 
 
+def test_a_switch_that_stays_slow_costs_one_event_the_budget(
+    two_switches: TwoSwitches,
+) -> None:
+    """Every Write of s2 takes longer than the budget. The first event that writes waits
+    the budget and sets s2 lagging; once s2 is caught up, later events do not wait for it
+    again (they used to, one event after each catch-up). A Write of s2 acknowledged
+    within the budget ends that, and events wait for s2 again."""
+    controller = two_switches.controller
+    _with_budget(controller)
+    two_switches.restart_s2()
+    controller.start()
+    session = controller.sessions["s2"]
+
+    def slow_write(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        time.sleep(1.5 * BUDGET_S)
+
+    two_switches.s2_misbehaviour.write = slow_write
+    took_s = []
+    for experiment_id in (1, 2, 3):
+        started = time.monotonic()
+        _start_experiment(controller, experiment_id, [100])
+        took_s.append(time.monotonic() - started)
+        assert session.state == "lagging"
+        _wait_for(lambda: session.state == "ready", "s2 caught up")
+        assert two_switches.class_entries(1) == two_switches.class_entries(0)
+    assert took_s[0] >= BUDGET_S
+    assert max(took_s[1:]) < BUDGET_S, took_s
+    assert session.slow
+    # Fast again: the next writes are still not waited for, but acknowledged within the
+    # budget they end the slow spell.
+    two_switches.s2_misbehaviour.write = None
+    _start_experiment(controller, 4, [100])
+    _wait_for(lambda: session.state == "ready", "s2 caught up")
+    assert not session.slow
+    reply = controller.handle_event(
+        {"type": "trial_stopped", "experiment_id": 4, "stage_id": 0, "trial_id": 0}
+    )
+    assert reply["pending_switches"] == []
+    assert session.state == "ready"
+    assert two_switches.class_entries(1) == two_switches.class_entries(0)
+
+
 def test_a_switch_inside_the_budget_is_waited_for(two_switches: TwoSwitches) -> None:
     """A Write slower than usual but inside the budget: the reply waits for it, and the
     switch holds the event's entries when the reply leaves."""
