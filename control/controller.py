@@ -895,12 +895,15 @@ class Controller(EventHandler):
 
     def start(self, wait: bool = True) -> None:
         """Connect and provision every switch (once, synchronously when ``wait``), then
-        keep supervising them in the background."""
+        keep supervising them in the background. The switches are brought up at once:
+        a start-up costs the slowest switch's time, not the sum of theirs."""
         if wait:
-            for session in self.sessions.values():
-                self._provision(session, self._connect(session))
-                with self._schedule_lock:
-                    self._attempted(session)
+            bringing_up = [
+                self._attempts.submit(self._bring_up, session, None)
+                for session in self.sessions.values()
+            ]
+            for attempt in bringing_up:
+                attempt.result()
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
 

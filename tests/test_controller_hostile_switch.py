@@ -673,14 +673,15 @@ class StalledWrites:
 
 @dataclass
 class TwoSwitches:
-    """s1 and s2 in a line (h1 - s1 - s2 - h2); s2 misbehaves as ``s2_misbehaviour``
-    says, from its restart on."""
+    """s1 and s2 in a line (h1 - s1 - s2 - h2); each misbehaves as its
+    ``s1_misbehaviour`` or ``s2_misbehaviour`` says, from its restart on."""
 
     servers: list[P4RuntimeServer]
     artifacts: PipelineArtifacts
     controller: Controller
     s2_misbehaviour: Misbehaviour
     stalls: list[Stall] = field(default_factory=list)
+    s1_misbehaviour: Misbehaviour = field(default_factory=Misbehaviour)
 
     def stall(self) -> Stall:
         """A :class:`Stall`, released at the end of the test whatever happens."""
@@ -690,6 +691,7 @@ class TwoSwitches:
     def restart_s1(self) -> None:
         self.servers[0].stop(0)
         self.servers[0] = P4RuntimeServer(_Switch(), 0, self.servers[0].addr)
+        misbehave(self.servers[0], self.s1_misbehaviour)
         self.servers[0].start()
 
     def restart_s2(self) -> None:
@@ -781,6 +783,29 @@ def test_events_during_a_slow_switch_s_catch_up_reach_it_in_order(
     assert two_switches.class_entries(1) == {("stage_class", (1, 0)): 7}
     assert two_switches.class_entries(0) == {("stage_class", (1, 0)): 7}
     assert writes.most_in_flight == 1
+
+
+def test_start_up_brings_the_switches_up_at_once(two_switches: TwoSwitches) -> None:
+    """s1, the first switch, stalls its provisioning's Read: start-up provisions s2
+    meanwhile, and returns once s1 is released. It used to bring the switches up in
+    turn, so every switch waited for the ones before it."""
+    controller = two_switches.controller
+    stall = two_switches.stall()
+    two_switches.s1_misbehaviour.before_read = stall
+    two_switches.restart_s1()
+    starting = threading.Thread(target=controller.start)
+    starting.start()
+    try:
+        assert stall.inside.wait(10), "s1's provisioning did not reach its Read"
+        s2 = controller.sessions["s2"]
+        _wait_for(lambda: s2.state == "ready", "s2 provisioned while s1 stalls")
+        assert starting.is_alive(), "start-up returned before s1 was tried"
+        assert controller.sessions["s1"].state == "down"
+    finally:
+        stall.release.set()
+        starting.join(30)
+    assert not starting.is_alive()
+    assert [s.state for s in controller.sessions.values()] == ["ready", "ready"]
 
 
 def test_a_slow_switch_being_provisioned_does_not_hold_up_another_s_reconnect(
