@@ -39,6 +39,7 @@ import h11
 
 from control.addresses import is_decimal, split_hostport
 from control.errors import UserError
+from control.files import DuplicateKey, unique_keys
 from control.model import Experiment, Flow, Stage, TrialStage
 
 log = logging.getLogger(__name__)
@@ -380,8 +381,9 @@ def decode_json(data: bytes) -> Any:
     """Strict JSON (RFC 8259) from UTF-8 bytes.
 
     ``NaN``, ``Infinity`` and numbers that overflow a float, integers beyond Python's
-    limit on digits, nesting deeper than the interpreter's recursion limit, and bytes
-    that are not UTF-8 raise :class:`JSONError`, whose message quotes none of the input.
+    limit on digits, nesting deeper than the interpreter's recursion limit, an object
+    with a key twice (which would silently keep the last value), and bytes that are not
+    UTF-8 raise :class:`JSONError`, whose message quotes none of the input.
     """
     try:
         text = data.decode("utf-8")
@@ -390,9 +392,16 @@ def decode_json(data: bytes) -> Any:
             f"not UTF-8: byte 0x{data[error.start]:02x} at offset {error.start}"
         ) from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=unique_keys,
+        )
     except JSONError:
         raise
+    except DuplicateKey:
+        raise JSONError("an object has the same key twice") from None
     except json.JSONDecodeError as error:
         raise JSONError(f"{error.msg} at line {error.lineno} column {error.colno}") from None
     except RecursionError:

@@ -159,8 +159,8 @@ def parse_json(text: str, source: str = "<string>") -> Any:
             f"{source}: more than {MAX_JSON_VALUES:,} values, above the limit for a JSON document"
         )
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as error:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
+    except DuplicateKey as error:
         key = json.dumps(error.key)
         found = list(re.finditer(re.escape(key) + r"\s*:", text))
         line = text.count("\n", 0, found[-1].start()) + 1 if found else 1
@@ -186,13 +186,15 @@ def parse_json(text: str, source: str = "<string>") -> Any:
         raise UserError(f"{source}: invalid JSON: nested too deeply") from None
 
 
-class _DuplicateKey(Exception):
+class DuplicateKey(Exception):
+    """A JSON object names a key twice (see :func:`unique_keys`)."""
+
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object whose keys are all different: with a key twice, Python's decoder keeps
     the last value and a user's typo goes unseen (RFC 8259 leaves the meaning open)."""
     result = dict(pairs)
@@ -200,7 +202,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise DuplicateKey(key)
             seen.add(key)
     return result
 

@@ -183,8 +183,24 @@ def test_requests_a_web_page_can_send_are_refused(controller: ControllerProcess)
             b"unknown field",
         ),
         (b'{"type": "' + b"t" * 1_000_000 + b'"}', b"is not one of"),
+        (
+            b'{"type": "trial_started", "experiment_id": 1, "stage_id": 0, "trial_id": 0, '
+            b'"trial_id": 1}',
+            b"an object has the same key twice",
+        ),
     ],
-    ids=["5000-digits", "4000-digits", "deep", "not-utf8", "nan", "1e999", "2MB", "key", "type"],
+    ids=[
+        "5000-digits",
+        "4000-digits",
+        "deep",
+        "not-utf8",
+        "nan",
+        "1e999",
+        "2MB",
+        "key",
+        "type",
+        "duplicate-key",
+    ],
 )
 def test_malformed_bodies_get_400_without_echo(
     controller: ControllerProcess, body: bytes, message: bytes
