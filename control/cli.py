@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -50,8 +51,30 @@ MAX_ERROR_CHARS = 2000
 literal), and a 2 MB line is no message."""
 
 
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Control characters (C0, DEL, C1), line and paragraph separators, and the marks that
+reorder text: in a message they would break its one line, forge log lines, or drive a
+terminal (clear it, retitle it)."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\x1b``)."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
 def shortened(message: str) -> str:
-    """``message``, its middle left out when it is longer than MAX_ERROR_CHARS."""
+    """``message`` on one visible line (:func:`visible`), its middle left out when it is
+    longer than MAX_ERROR_CHARS. Messages quote input and what switches say."""
+    if len(message) > MAX_ERROR_CHARS:
+        # Cut first: escapes lengthen the text, and it may be megabytes.
+        head, tail = visible(message[:1500])[:1500], visible(message[-300:])[-300:]
+        return f"{head} [... {len(message) - 1800:,} characters left out ...] {tail}"
+    message = visible(message)
     if len(message) <= MAX_ERROR_CHARS:
         return message
     return (

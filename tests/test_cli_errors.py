@@ -40,3 +40,16 @@ def test_an_error_that_quotes_a_huge_input_is_shortened(
     assert "\n" not in line and len(line) < 2100
     assert line.startswith(f"beamer: error: {trace}:2: reducer 1 size (MB) 'xxx")
     assert "characters left out" in line
+
+
+def test_an_error_that_quotes_control_characters_stays_one_visible_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file name with a line break and a terminal escape in it: the refusal is still
+    one line, and the escape is printed, not obeyed."""
+    trace = tmp_path / "two\nlines\x1b[2J.txt"
+    trace.write_text("4 1\n1 0 1 0 1 1:x\n")
+    assert main(["simulate", "--workload", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err
+    assert "two\\x0alines\\x1b[2J.txt" in err

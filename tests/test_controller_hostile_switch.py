@@ -10,6 +10,7 @@ does (:class:`Misbehaviour`).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -163,6 +164,36 @@ def test_megabytes_of_error_text_from_a_switch_are_shortened_in_status_and_log(
     hostile.misbehaviour.write = None
     _wait_for(lambda: session.state == "ready", "the switch to be reconciled")
     assert ("stage_class", (2, 0)) in _class_entries(hostile.read_entries())
+
+
+def test_control_characters_from_a_switch_are_escaped_in_status_and_log(
+    hostile: HostileRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A switch's error text that would clear the terminal, retitle it and forge a log
+    line reaches the status and the log as visible escapes, on one line."""
+    caplog.set_level(logging.INFO, logger="control.controller")
+    controller = hostile.controller()
+    controller.start()
+    _start_experiment(controller, 1, [100])
+    hostile_text = "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b[31mred\x9b\r\nforged: line \u202eevil"
+
+    def refuse(request: p4runtime_pb2.WriteRequest, context: RpcContext) -> None:
+        context.abort(grpc.StatusCode.INTERNAL, hostile_text)
+
+    hostile.misbehaviour.write = refuse
+    _start_experiment(controller, 2, [50])
+    session = controller.sessions["s1"]
+    assert session.state == "error"
+    assert session.error is not None
+    assert "\\x1b[2J\\x1b[H\\x1b]0;owned\\x07" in session.error
+    assert "\\x0d\\x0aforged: line \\u202eevil" in session.error
+    printed = format_status(controller.status())
+    said = "\n".join(_said_about_switches(caplog))
+    for text in (session.error, printed, said):
+        assert "\\x1b[31mred" in text
+        unprintable = re.findall("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", text)
+        assert unprintable == [], text
+    assert all("\n" not in line for line in _said_about_switches(caplog))
 
 
 def test_megabytes_of_per_update_error_text_are_shortened(
