@@ -241,6 +241,30 @@ def test_batch_with_failures_reports_one_error_per_update_and_applies_the_good_o
     assert stages == {1, 2, 3}
 
 
+def test_a_write_request_with_one_unparsable_update_applies_none(target: Target) -> None:
+    """Bytes that are no valid WriteRequest are INVALID_ARGUMENT as a whole, even where
+    the update that breaks them comes after a good one: the good one used to be
+    applied, and the bad one reported as a failed update of the batch."""
+    request = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    request.election_id.high, request.election_id.low = ELECTION
+    request.updates.add(type=Update.INSERT).entity.table_entry.CopyFrom(class_entry(1, 1))
+    cut_short = b"\x08\x01\x12\x05\x12\x03\x08\xff"  # entity > table entry > half a varint
+    data = request.SerializeToString() + b"\x22" + bytes([len(cut_short)]) + cut_short
+    with grpc.insecure_channel(target.server.addr) as channel:
+        write_raw = channel.unary_unary(
+            "/p4.v1.P4Runtime/Write",
+            request_serializer=None,
+            response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            write_raw(data, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot be parsed" in (caught.value.details() or "")
+    assert read(target.stub, table_read(CLASS_TABLE)) == []
+    write(target.stub, (Update.INSERT, class_entry(1, 1)))  # the same update, well formed
+    assert len(read(target.stub, table_read(CLASS_TABLE))) == 1
+
+
 def test_modify_of_missing_entry_is_not_found(target: Target) -> None:
     assert write_codes(target.stub, (Update.MODIFY, class_entry(5, 5))) == [code_pb2.NOT_FOUND]
 
@@ -678,7 +702,7 @@ def test_capabilities_reports_the_api_version(target: Target) -> None:
 def test_a_server_fault_in_one_update_is_internal_and_spares_the_rest(
     target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_apply = service.apply_raw_update
+    real_apply = service.apply_decoded_update
     calls = []
 
     def faulty(active: Any, update: Any) -> None:
@@ -687,7 +711,7 @@ def test_a_server_fault_in_one_update_is_internal_and_spares_the_rest(
             raise KeyError("a bug")
         real_apply(active, update)
 
-    monkeypatch.setattr(service, "apply_raw_update", faulty)
+    monkeypatch.setattr(service, "apply_decoded_update", faulty)
     codes = write_codes(
         target.stub,
         (Update.INSERT, class_entry(1, 1)),
@@ -769,10 +793,9 @@ def test_deeply_nested_groups_are_invalid_argument(target: Target) -> None:
     update = p4runtime_pb2.Update(type=Update.INSERT).SerializeToString()
     nested = b"\x0b" * 100_000 + b"\x0c" * 100_000
     request = write_header() + b"\x22" + varint_bytes(len(update) + len(nested)) + update + nested
-    error = raw_write(target, request)
-    assert error.code() == grpc.StatusCode.UNKNOWN
-    (detail,) = write_error_details(error)
-    assert detail.canonical_code == code_pb2.INVALID_ARGUMENT
+    error = raw_write(target, request)  # no valid WriteRequest: nothing of it is applied
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nested too deeply" in (error.details() or "")
 
 
 def test_errors_do_not_echo_huge_values(target: Target) -> None:

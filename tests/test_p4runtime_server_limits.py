@@ -482,11 +482,8 @@ def test_a_client_that_cancels_or_leaves_mid_reply_costs_no_error_log(
     assert len([e for r in served.stub.Read(wildcard_read(1)) for e in r.entities]) == 16
 
 
-def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
-    served: Served, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Pure-Python protobuf takes seconds over a large request: a backup's or a
-    stranger's must be refused from its header, holding no worker for the parse."""
+def _parses_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the requests the server parses from now on, in order."""
     parsed: list[str] = []
     decode = service.decode_write_request
     parse = service.parse_or_abort
@@ -501,6 +498,15 @@ def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
 
     monkeypatch.setattr(service, "decode_write_request", counted_decode)
     monkeypatch.setattr(service, "parse_or_abort", counted_parse)
+    return parsed
+
+
+def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pure-Python protobuf takes seconds over a large request: a backup's or a
+    stranger's must be refused from its header, holding no worker for the parse."""
+    parsed = _parses_counted(monkeypatch)
     request = p4runtime_pb2.WriteRequest(
         device_id=DEVICE_ID, updates=[class_update(s) for s in range(1, 200)]
     )
@@ -516,6 +522,39 @@ def test_a_client_that_may_not_write_is_refused_before_its_request_is_parsed(
     with pytest.raises(grpc.RpcError) as caught:
         served.stub.SetForwardingPipelineConfig(config, timeout=5)  # no election id
     assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert parsed == []
+    write(served, class_update(4))  # the primary's request is parsed and applied
+    assert parsed == ["WriteRequest"]
+
+
+def test_unknown_groups_or_broken_bytes_do_not_buy_a_non_primary_a_parse(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose header the early check could not read used to be parsed whole
+    before the primary check: an unknown group, or one truncated byte, at the end of a
+    megabyte of updates from a client that may not write cost seconds of a worker. A
+    group is now skipped as protobuf skips it (the client is refused as not primary),
+    and bytes that are no message are refused as such, both before the parse."""
+    parsed = _parses_counted(monkeypatch)
+    request = p4runtime_pb2.WriteRequest(
+        device_id=DEVICE_ID, updates=[class_update(s) for s in range(1, 256)] * 8
+    )
+    request.election_id.low = 1  # not the primary's
+    write_raw = served.channel().unary_unary(
+        "/p4.v1.P4Runtime/Write",
+        request_serializer=None,
+        response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+    )
+    cases = [
+        (b"\x7b\x7c", grpc.StatusCode.PERMISSION_DENIED),  # an empty group, field 15
+        (b"\xfb\x06\x0b\x08\x05\x0c\xfc\x06", grpc.StatusCode.PERMISSION_DENIED),  # nested
+        (b"\x22\x05\x08\xff", grpc.StatusCode.INVALID_ARGUMENT),  # an update cut short
+        (b"\x08\xff", grpc.StatusCode.INVALID_ARGUMENT),  # a varint cut short
+    ]
+    for trailer, code in cases:
+        with pytest.raises(grpc.RpcError) as caught:
+            write_raw(request.SerializeToString() + trailer, timeout=5)
+        assert caught.value.code() == code, (trailer, caught.value.details())
     assert parsed == []
     write(served, class_update(4))  # the primary's request is parsed and applied
     assert parsed == ["WriteRequest"]

@@ -53,7 +53,7 @@ from softswitch.p4rt.status import (
     unimplemented,
 )
 from softswitch.p4rt.wire import decode_write_request, parse_message, request_header
-from softswitch.p4rt.writes import Undo, apply_raw_update
+from softswitch.p4rt.writes import Undo, apply_decoded_update, decode_update
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,9 @@ class P4RuntimeServicer:
                 if isinstance(request, bytes)
                 else decode_write_request(request.SerializeToString())
             )
+            # Every update is decoded before any is applied: one that is no valid Update
+            # makes the request no valid WriteRequest, and nothing of it is applied.
+            updates = [decode_update(update) for update in batch.updates]
         except DecodeError as error:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -182,9 +185,9 @@ class P4RuntimeServicer:
                 active = self.configs.active()
                 undos: list[Undo] = []
                 with active.runtime.lock:
-                    for update in batch.updates:
+                    for update in updates:
                         try:
-                            undos.append(apply_raw_update(active, update))
+                            undos.append(apply_decoded_update(active, update))
                             errors.append(None)
                         except P4RuntimeError as error:
                             errors.append(error)
@@ -194,7 +197,7 @@ class P4RuntimeServicer:
                             errors.append(internal(error))
                             failed = True
                         if failed and rollback:
-                            errors = _roll_back(undos, errors, len(batch.updates))
+                            errors = _roll_back(undos, errors, len(updates))
                             break
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
@@ -208,11 +211,16 @@ class P4RuntimeServicer:
     def refuse_unless_primary(self, data: bytes, context: RpcContext) -> None:
         """End the RPC unless the request's header names the primary, before the rest of
         it is parsed: a large request from a client that may not write must not hold a
-        worker for a full parse (pure-Python protobuf: seconds per megabyte). The parsed
-        request is checked again; a header this cannot read is left to that check."""
-        header = request_header(data)
-        if header is None:
-            return
+        worker for a full parse (pure-Python protobuf: seconds per megabyte). Bytes whose
+        header cannot be read are no valid request: INVALID_ARGUMENT, also before the
+        parse. The parsed request is checked again."""
+        try:
+            header = request_header(data)
+        except DecodeError as error:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                shorten(f"the request cannot be parsed: {error}", MESSAGE_LIMIT),
+            )
         try:
             self.arbitrator.check_primary(
                 header.device_id, header.role, header.election_id, context.peer()

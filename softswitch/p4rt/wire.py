@@ -19,9 +19,16 @@ from p4.v1 import p4runtime_pb2
 
 _M = TypeVar("_M", bound=Message)
 
-# Wire types used by p4runtime.proto's messages here.
+# Wire types.
 _VARINT = 0
+_FIXED64 = 1
 _LENGTH_DELIMITED = 2
+_START_GROUP = 3
+_END_GROUP = 4
+_FIXED32 = 5
+
+_UINT32 = (1 << 32) - 1
+_UINT64 = (1 << 64) - 1
 
 
 class NotFastPath(Exception):
@@ -70,6 +77,8 @@ class WriteBatch:
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` as protobuf reads it: its low 64 bits (a field of 32 bits
+    then keeps the low 32 of those, :func:`_uint32`, :func:`_signed32`)."""
     byte = buf[pos]
     if byte < 0x80:
         return byte, pos + 1
@@ -81,10 +90,14 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result, pos
+            return result & _UINT64, pos
         shift += 7
         if shift > 63:
             raise NotFastPath("varint longer than 10 bytes")
+
+
+def _uint32(value: int) -> int:
+    return value & _UINT32
 
 
 def _signed64(value: int) -> int:
@@ -92,7 +105,8 @@ def _signed64(value: int) -> int:
 
 
 def _signed32(value: int) -> int:
-    value &= 0xFFFFFFFF
+    """An int32 or enum field's value, from the 64 bits of its varint."""
+    value &= _UINT32
     return value - (1 << 32) if value >> 31 else value
 
 
@@ -130,11 +144,6 @@ def parse_message(message_type: type[_M], data: bytes) -> _M:
         raise DecodeError(f"{message_type.DESCRIPTOR.name} is nested too deeply") from None
 
 
-_FIXED64 = 1
-_FIXED32 = 5
-_UINT64 = (1 << 64) - 1
-
-
 @dataclass(slots=True)
 class RequestHeader:
     """Who a WriteRequest or SetForwardingPipelineConfigRequest claims to come from."""
@@ -144,55 +153,102 @@ class RequestHeader:
     election_id: int | None = None
 
 
-def request_header(buf: bytes) -> RequestHeader | None:
+def request_header(buf: bytes) -> RequestHeader:
     """The device id, role and election id of a WriteRequest or a
     SetForwardingPipelineConfigRequest (the two number them alike: 1, 6 and 3), read
     without parsing the updates or the pipeline, so that a client that may not write is
     refused before its request costs a full parse. Read as protobuf would: the last of
     repeated values wins, repeated election ids merge field by field, a field of an
-    unexpected wire type is an unknown field. None for bytes this reading does not cover
-    (groups, malformed input): the full parse then decides."""
+    unexpected wire type is an unknown field, and unknown fields (groups too) are
+    skipped. Raises DecodeError for bytes that are no valid message: protobuf would
+    refuse them too, after the full parse."""
     try:
         header = RequestHeader()
         high = low = 0
         pos, end = 0, len(buf)
         while pos < end:
             number, wire, pos = _tag(buf, pos)
-            if wire == _VARINT:
-                value, pos = _varint(buf, pos)
-                if number == 1:
-                    header.device_id = value & _UINT64
-            elif wire == _LENGTH_DELIMITED:
+            if wire == _VARINT and number == 1:
+                header.device_id, pos = _varint(buf, pos)
+            elif wire == _LENGTH_DELIMITED and number in (3, 6):
                 start, pos = _span(buf, pos, end)
                 if number == 6:
-                    header.role = buf[start:pos].decode("utf-8")
-                elif number == 3:
-                    high, low = _merge_uint128(buf, start, pos, high, low)
+                    try:
+                        header.role = buf[start:pos].decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise DecodeError("the role is not valid UTF-8") from None
+                else:
+                    high, low = _merge_uint128(buf, start, pos, high, low, lenient=True)
                     header.election_id = (high << 64) | low
-            elif wire == _FIXED64 and pos + 8 <= end:
-                pos += 8
-            elif wire == _FIXED32 and pos + 4 <= end:
-                pos += 4
             else:
-                return None
+                pos = _skip_field(buf, pos, end, number, wire)
         _check_end(pos, end)
         return header
-    except (NotFastPath, IndexError, UnicodeDecodeError):
-        return None
+    except IndexError:
+        raise DecodeError("the request is cut short") from None
+    except NotFastPath as error:
+        raise DecodeError(str(error)) from None
 
 
-def _merge_uint128(buf: bytes, pos: int, end: int, high: int, low: int) -> tuple[int, int]:
-    """A Uint128's (high, low) merged into ``high`` and ``low``; unusual content raises
-    NotFastPath."""
+MAX_GROUP_DEPTH = 100
+"""Unknown groups nested deeper are no valid message here: protobuf's C++ parser (BMv2's)
+stops at this depth, its Python one runs out of stack a few hundred levels down."""
+
+
+def _skip_field(buf: bytes, pos: int, end: int, number: int, wire: int) -> int:
+    """The position after an unknown field whose tag ends at ``pos``. A group is skipped
+    to its end tag, nested groups too (up to :data:`MAX_GROUP_DEPTH`), without
+    recursion."""
+    depth = 0  # groups open
+    while True:
+        if number == 0:
+            raise NotFastPath("field number 0")
+        if wire == _VARINT:
+            _, pos = _varint(buf, pos)
+        elif wire == _LENGTH_DELIMITED:
+            _, pos = _span(buf, pos, end)
+        elif wire == _FIXED64:
+            pos += 8
+        elif wire == _FIXED32:
+            pos += 4
+        elif wire == _START_GROUP:
+            if depth == MAX_GROUP_DEPTH:
+                raise NotFastPath("groups nested too deeply")
+            depth += 1
+        elif wire == _END_GROUP:
+            # Any end tag closes the innermost group, as protobuf's Python parser has it.
+            if depth == 0:
+                raise NotFastPath("group end without its start")
+            depth -= 1
+        else:
+            raise NotFastPath(f"wire type {wire}")
+        if pos > end:
+            raise NotFastPath("field runs past the end of its message")
+        if depth == 0:
+            return pos
+        if pos >= end:
+            raise NotFastPath("group without its end")
+        number, wire, pos = _tag(buf, pos)
+
+
+def _merge_uint128(
+    buf: bytes, pos: int, end: int, high: int, low: int, lenient: bool = False
+) -> tuple[int, int]:
+    """A Uint128's (high, low) merged into ``high`` and ``low``. Unusual content (an
+    unknown field, a wire type not expected) raises NotFastPath, or with ``lenient`` is
+    skipped as protobuf skips it."""
     while pos < end:
         number, wire, pos = _tag(buf, pos)
         if wire != _VARINT or number not in (1, 2):
-            raise NotFastPath("Uint128 field")
+            if not lenient:
+                raise NotFastPath("Uint128 field")
+            pos = _skip_field(buf, pos, end, number, wire)
+            continue
         value, pos = _varint(buf, pos)
         if number == 1:
-            high = value & _UINT64
+            high = value
         else:
-            low = value & _UINT64
+            low = value
     _check_end(pos, end)
     return high, low
 
@@ -230,7 +286,8 @@ def _decode_write_request(buf: bytes) -> WriteBatch:
         if number == 1 and wire == _VARINT:
             batch.device_id, pos = _varint(buf, pos)
         elif number == 5 and wire == _VARINT:
-            batch.atomicity, pos = _varint(buf, pos)
+            atomicity, pos = _varint(buf, pos)
+            batch.atomicity = _signed32(atomicity)
         elif number == 6 and wire == _LENGTH_DELIMITED:
             start, pos = _span(buf, pos, end)
             try:
@@ -279,7 +336,8 @@ def _decode_table_update(buf: bytes) -> tuple[int, TableEntryData]:
     while pos < end:
         number, wire, pos = _tag(buf, pos)
         if number == 1 and wire == _VARINT:
-            update_type, pos = _varint(buf, pos)
+            value, pos = _varint(buf, pos)
+            update_type = _signed32(value)
         elif number == 2 and wire == _LENGTH_DELIMITED and entity is None:
             entity = _span(buf, pos, end)
             pos = entity[1]
@@ -331,7 +389,7 @@ def _decode_table_entry(buf: bytes, pos: int, end: int) -> TableEntryData:
         if wire == _VARINT:
             value, pos = _varint(buf, pos)
             if number == 1:
-                entry.table_id = value
+                entry.table_id = _uint32(value)
             elif number == 4:
                 entry.priority = _signed32(value)
             elif number == 5:
@@ -380,7 +438,8 @@ def _decode_field_match(buf: bytes, pos: int, end: int) -> MatchData:
             key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
         if number == 1 and wire == _VARINT:
-            match.field_id, pos = _varint(buf, pos)
+            field_id, pos = _varint(buf, pos)
+            match.field_id = _uint32(field_id)
         elif wire == _LENGTH_DELIMITED and number in _MATCH_KINDS and not seen_kind:
             seen_kind = True
             match.kind = _MATCH_KINDS[number]
@@ -432,7 +491,8 @@ def _decode_table_action(buf: bytes, pos: int, end: int, entry: TableEntryData) 
         key = buf[pos]
         pos += 1
         if key == 0x08:  # field 1, varint: action id
-            entry.action_id, pos = _varint(buf, pos)
+            action_id, pos = _varint(buf, pos)
+            entry.action_id = _uint32(action_id)
         elif key == 0x22:  # field 4, length-delimited: a parameter
             # Usual shape, read inline: param id (< 128) then a value of < 126 bytes.
             length = buf[pos]
@@ -460,7 +520,8 @@ def _decode_param(buf: bytes, pos: int, end: int) -> tuple[int, bytes]:
         key = buf[pos]
         pos += 1
         if key == 0x10:  # field 2, varint: param id
-            param_id, pos = _varint(buf, pos)
+            number, pos = _varint(buf, pos)
+            param_id = _uint32(number)
         elif key == 0x1A:  # field 3, length-delimited: the value
             start, pos = _span(buf, pos, end)
             value = buf[start:pos]

@@ -8,9 +8,9 @@ ROLLBACK_ON_ERROR batches); the servicer collects one outcome per update.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import grpc
-from google.protobuf.message import DecodeError
 from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt.bytestrings import decode_unsigned
@@ -43,21 +43,32 @@ Undo = Callable[[], None]
 """Restores the state an applied update changed; run in reverse order of application."""
 
 
-def apply_raw_update(active: ActivePipeline, update: bytes | p4runtime_pb2.Update) -> Undo:
-    """Apply one update as received: table entries straight from the wire when possible."""
+DecodedUpdate: TypeAlias = tuple[int, TableEntryData] | p4runtime_pb2.Update
+"""An update ready to apply: a table entry read straight from the wire (type, entry), or
+a parsed protobuf Update."""
+
+
+def decode_update(update: bytes | p4runtime_pb2.Update) -> DecodedUpdate:
+    """An update as received, decoded: table entries straight from the wire when possible.
+    Raises DecodeError for bytes that are no valid Update (a Write decodes all of its
+    updates before it applies any: such a request is no valid WriteRequest)."""
     if isinstance(update, bytes):
         decoded = decode_table_update(update)
         if decoded is not None:
-            update_type, entry = decoded
-            _check_type(update_type)
-            try:
-                return _write_table_entry(active, update_type, entry)
-            except RuntimeStateError as error:
-                raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
+            return decoded
+        return parse_message(p4runtime_pb2.Update, update)
+    return update
+
+
+def apply_decoded_update(active: ActivePipeline, update: DecodedUpdate) -> Undo:
+    """Apply one decoded update (:func:`decode_update`) or raise."""
+    if isinstance(update, tuple):
+        update_type, entry = update
+        _check_type(update_type)
         try:
-            update = parse_message(p4runtime_pb2.Update, update)
-        except DecodeError as error:
-            raise invalid(f"the update cannot be parsed: {error}") from None
+            return _write_table_entry(active, update_type, entry)
+        except RuntimeStateError as error:
+            raise P4RuntimeError(grpc.StatusCode[error.status], str(error)) from None
     return apply_update(active, update)
 
 
