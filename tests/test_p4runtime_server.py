@@ -653,6 +653,50 @@ def test_verify_and_save_then_commit(target: Target) -> None:
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_saved_config_is_dropped_when_its_primary_leaves(target: Target) -> None:
+    """A primary saves a config and leaves without committing it. The next primary's
+    Writes go to the running pipeline, where the packets are: they used to go to the
+    saved one, which Get does not report and which never ran, so the new primary's
+    entries silently did nothing."""
+    running = target.switch.pipeline
+    assert running is not None
+    set_config(target.stub, program_under_test(32), SetAction.VERIFY_AND_SAVE)
+    target.primary.close()  # leaves, the config saved and not committed
+    newcomer = StreamSession(target.stub)
+    newcomer.arbitrate(DEVICE_ID, (0, 11))
+    assert newcomer.next().arbitration.status.code == code_pb2.OK
+    try:
+        write(target.stub, (Update.INSERT, class_entry(1, 1)), election=(0, 11))
+        assert target.switch.pipeline is running
+        assert len(running.runtime.table(CLASS_TABLE).entries) == 1
+        assert len(read(target.stub, table_read(CLASS_TABLE))) == 1
+        commit = SetAction(device_id=DEVICE_ID, action=SetAction.COMMIT)
+        commit.election_id.low = 11
+        with pytest.raises(grpc.RpcError) as caught:
+            target.stub.SetForwardingPipelineConfig(commit)  # nothing of its own to commit
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert target.switch.pipeline is running
+    finally:
+        newcomer.close()
+
+
+def test_a_saved_config_stays_while_its_primary_does(target: Target) -> None:
+    """The primary that saved keeps its saved config while another client arbitrates
+    as a backup: only a change of primary drops it."""
+    set_config(target.stub, program_under_test(32), SetAction.VERIFY_AND_SAVE)
+    backup = StreamSession(target.stub)
+    backup.arbitrate(DEVICE_ID, (0, 3))
+    assert backup.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+    try:
+        commit = SetAction(device_id=DEVICE_ID, action=SetAction.COMMIT)
+        commit.election_id.low = ELECTION[1]
+        target.stub.SetForwardingPipelineConfig(commit)
+        assert target.switch.pipeline is not None
+        assert target.switch.pipeline.runtime.table(LPM_TABLE).size == 32
+    finally:
+        backup.close()
+
+
 def test_reconcile_and_commit_keeps_the_state(target: Target) -> None:
     write(
         target.stub,

@@ -189,6 +189,14 @@ class _RoleGroup:
     streams: list[ClientStream] = field(default_factory=list)
     highest_election_id: int | None = None
     primary: ClientStream | None = None
+    term: int = 0
+    """Counts the changes of primary (another stream, or none): what a primary did in
+    one term (a saved pipeline config) is not the next primary's."""
+
+    def set_primary(self, stream: ClientStream | None) -> None:
+        if stream is not self.primary:
+            self.primary = stream
+            self.term += 1
 
 
 class Arbitrator:
@@ -262,16 +270,17 @@ class Arbitrator:
             if stream in group.streams:
                 group.streams.remove(stream)
             if group.primary is stream:
-                group.primary = None
+                group.set_primary(None)
                 self._notify(group, stream.role, group.streams)
             if not group.streams and group.highest_election_id is None:
                 del self._groups[stream.role]  # nothing left to remember of this role
 
     def check_primary(
         self, device_id: int, role: str, election_id: int | None, peer: str | None = None
-    ) -> None:
+    ) -> int:
         """Raise unless (device, role, election id) names the current primary and the
-        request came over the primary's connection (``peer``; Write, SetConfig)."""
+        request came over the primary's connection (``peer``; Write, SetConfig); the
+        primary's term (:meth:`is_term`)."""
         if device_id != self.device_id:
             raise not_found(f"unknown device id {device_id}")
         with self._lock:
@@ -288,6 +297,14 @@ class Arbitrator:
                     "the request carries the primary's election id but did not come over "
                     "the primary's connection: write on the channel of your StreamChannel"
                 )
+            assert group is not None
+            return group.term
+
+    def is_term(self, role: str, term: int) -> bool:
+        """Whether the primary of ``role`` is still the one of ``term``."""
+        with self._lock:
+            group = self._groups.get(role)
+            return group is not None and group.primary is not None and group.term == term
 
     def is_primary(self, stream: ClientStream) -> bool:
         with self._lock:
@@ -301,7 +318,7 @@ class Arbitrator:
                 for stream in group.streams:
                     stream.send(StreamClosed())
                 group.streams.clear()
-                group.primary = None
+                group.set_primary(None)
 
     @staticmethod
     def _check_unique(group: _RoleGroup, stream: ClientStream, election_id: int | None) -> None:
@@ -318,10 +335,10 @@ class Arbitrator:
         highest = group.highest_election_id
         if election_id is not None and (highest is None or election_id >= highest):
             group.highest_election_id = election_id
-            group.primary = stream
+            group.set_primary(stream)
             self._notify(group, role, group.streams)
         elif was_primary:
-            group.primary = None
+            group.set_primary(None)
             self._notify(group, role, group.streams)
         else:
             self._notify(group, role, [stream])

@@ -6,11 +6,14 @@ P4Info the data plane really runs. "The same" ignores what compilers are free to
 (see :func:`canonical_p4info`): p4c's P4Info for a program is accepted with our device
 config for it. Reads and writes go to the saved config's fresh state
 between VERIFY_AND_SAVE and COMMIT (spec §15): they fill the saved, not yet running
-pipeline, which COMMIT then swaps in.
+pipeline, which COMMIT then swaps in. A saved config lasts as long as the primary that
+saved it: a new primary finds only the committed one.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +28,8 @@ from softswitch.p4rt.status import failed_precondition, invalid, not_found, shor
 from softswitch.p4rt.transfer import copy_runtime_state
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import RuntimeState, RuntimeStateError
+
+log = logging.getLogger(__name__)
 
 SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetType = p4runtime_pb2.GetForwardingPipelineConfigRequest
@@ -76,10 +81,26 @@ class PipelineConfigs:
     Callers serialise every method with the server's state lock.
     """
 
-    def __init__(self, switch: PipelineHost) -> None:
+    def __init__(
+        self, switch: PipelineHost, still_primary: Callable[[str, int], bool] | None = None
+    ) -> None:
         self._switch = switch
         self._committed: PipelineConfig | None = None
         self._saved: VerifiedConfig | None = None
+        self._saved_in: tuple[str, int] | None = None
+        """The role and primary term (:meth:`Arbitrator.is_term`) the config was saved in."""
+        self._still_primary = still_primary
+
+    def _drop_stale_save(self) -> None:
+        """Forget a saved config once the primary that saved it is gone: Get reports only
+        the committed config, so a new primary could not see that its Reads and Writes
+        went to a pipeline that never runs (until a COMMIT it has no reason to send)."""
+        if self._saved is None or self._saved_in is None or self._still_primary is None:
+            return
+        if not self._still_primary(*self._saved_in):
+            log.info("the primary that saved a pipeline config left; the saved config is dropped")
+            self._saved = None
+            self._saved_in = None
 
     def committed(self) -> PipelineConfig | None:
         """The running config; a pipeline loaded by other means (a CONFIG file) counts too."""
@@ -98,6 +119,7 @@ class PipelineConfigs:
 
     def active(self) -> ActivePipeline:
         """FAILED_PRECONDITION before any pipeline is set (spec §12 and §13)."""
+        self._drop_stale_save()
         if self._saved is not None:
             return ActivePipeline(self._saved.config.index, self._saved.pipeline.runtime)
         committed = self.committed()
@@ -133,12 +155,19 @@ class PipelineConfigs:
             pipeline,
         )
 
-    def set(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest) -> None:
+    def set(
+        self,
+        request: p4runtime_pb2.SetForwardingPipelineConfigRequest,
+        term: tuple[str, int] | None = None,
+    ) -> None:
+        """Apply a request of the primary of ``term`` (role, primary term)."""
+        self._drop_stale_save()
         action = request.action
         if action == SetAction.VERIFY:
             self.verify(request)
         elif action == SetAction.VERIFY_AND_SAVE:
             self._saved = self.verify(request)
+            self._saved_in = term
         elif action == SetAction.VERIFY_AND_COMMIT:
             self._commit(self.verify(request))
         elif action == SetAction.COMMIT:
@@ -177,6 +206,7 @@ class PipelineConfigs:
         self._switch.set_pipeline(verified.pipeline)
         self._committed = verified.config
         self._saved = None
+        self._saved_in = None
 
     def _reconcile(self, verified: VerifiedConfig) -> None:
         """Keep the forwarding state under the new config, or change nothing.
@@ -194,6 +224,7 @@ class PipelineConfigs:
                 committed.program, committed.device_config, verified.config.cookie, committed.index
             )
             self._saved = None
+            self._saved_in = None
             return
         try:
             with current.runtime.lock:

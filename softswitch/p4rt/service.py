@@ -141,7 +141,7 @@ class P4RuntimeServicer:
         bytes, parsed here, so that bad ones get INVALID_ARGUMENT)."""
         self.device_id = device_id
         self.arbitrator = Arbitrator(device_id)
-        self.configs = PipelineConfigs(switch)
+        self.configs = PipelineConfigs(switch, self.arbitrator.is_term)
         self.state_lock = threading.Lock()
         self.arbitration_timeout_s = arbitration_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -353,11 +353,11 @@ class P4RuntimeServicer:
             election_id_value(request.election_id) if request.HasField("election_id") else None
         )
         try:
-            self.arbitrator.check_primary(
+            term = self.arbitrator.check_primary(
                 request.device_id, request.role, election_id, context.peer()
             )
             with self.state_lock:
-                self.configs.set(request)
+                self.configs.set(request, (request.role, term))
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
