@@ -197,6 +197,8 @@ class _Experiment:
     trials: dict[int, _Trial] = field(default_factory=dict)
     view: ExperimentState | None = None
     """The policy's view, rebuilt only after an event changed the running stage."""
+    plan_items: int = 0
+    """Trials, flows and hosts in its plan: what it costs to keep (MAX_ACTIVE_PLAN_ITEMS)."""
 
     @property
     def stage(self) -> int:
@@ -237,6 +239,13 @@ class _Coflow:
                 num_flows=self.num_flows,
             )
         return self.view
+
+
+MAX_ACTIVE_PLAN_ITEMS = 1_000_000
+"""Trials, flows and hosts in the plans of all active experiments together. A plan item
+costs the controller about half a kilobyte (the plan, and the policy's per-trial
+demand), so this bounds what the events of a long run, or a client, can make it hold;
+one event body (4 MiB) holds at most about a tenth of it."""
 
 
 class ScheduleState:
@@ -305,8 +314,10 @@ class ScheduleState:
         plan = event.experiment
         if plan.experiment_id in self.experiments:
             raise EventError(f"experiment {plan.experiment_id} is already active")
+        items = 0
         for s_index, stage in enumerate(plan.stages):
             for t_index, trial in enumerate(stage.trials):
+                items += 1 + len(trial.sync_flows) + len(trial.hosts)
                 where = f"experiment.stages[{s_index}].trials[{t_index}]"
                 for f_index, flow in enumerate(trial.sync_flows):
                     for end, host in (("src", flow.src_host), ("dst", flow.dst_host)):
@@ -318,7 +329,15 @@ class ScheduleState:
                 for h_index, host in enumerate(trial.hosts):
                     if host >= self.num_hosts:
                         raise EventError(f"{where}.hosts[{h_index}]: host {host} does not exist")
-        self.experiments[plan.experiment_id] = _Experiment(plan, arrival_s=now_s)
+        held = sum(record.plan_items for record in self.experiments.values())
+        if held + items > MAX_ACTIVE_PLAN_ITEMS:
+            raise EventError(
+                f"experiment {plan.experiment_id}: its plan holds {items:,} trials, flows and "
+                f"hosts, and the {len(self.experiments)} active experiments' plans {held:,}: "
+                f"above the limit of {MAX_ACTIVE_PLAN_ITEMS:,} together; finish experiments "
+                "first"
+            )
+        self.experiments[plan.experiment_id] = _Experiment(plan, arrival_s=now_s, plan_items=items)
         return {}
 
     def _stage_released(self, event: StageReleased, now_s: float) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from control import controller
 from control.controller import ScheduleState
 from control.events import (
     CoflowFinished,
@@ -141,6 +142,23 @@ def test_experiment_finished_removes_everything_of_it() -> None:
     assert state.coflows == {}
     # Released but no stage running yet: not in the policy's snapshot.
     assert state.snapshot(0.0).experiments == {}
+
+
+def test_the_active_plans_are_bounded_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans are kept while their experiments are active: past a bound on all of them
+    together, a release is refused and changes nothing; once one finishes, it fits."""
+    state = _state()
+    state.apply(ExperimentReleased(_experiment(1)), 0.0)
+    one_plan = state.experiments[1].plan_items
+    assert one_plan == 3 * (1 + 2)  # three trials of two flows each
+    monkeypatch.setattr(controller, "MAX_ACTIVE_PLAN_ITEMS", 2 * one_plan - 1)
+    before = copy.deepcopy(state.experiments)
+    with pytest.raises(EventError, match=r"experiment 2: its plan holds 9 trials, flows and "):
+        state.apply(ExperimentReleased(_experiment(2)), 0.0)
+    assert state.experiments == before
+    state.apply(ExperimentFinished(1), 1.0)
+    state.apply(ExperimentReleased(_experiment(2)), 1.0)
+    assert list(state.experiments) == [2]
 
 
 def test_progress_is_spread_over_the_stage_s_active_coflows() -> None:

@@ -153,6 +153,25 @@ def test_beamer_ranks_experiments_by_remaining_demand_including_future_stages() 
     assert get_policy("beamer-stage").rank(state).groups == ((a0, a1), (b0,))
 
 
+def test_beamer_forgets_the_plans_of_experiments_that_left() -> None:
+    """Beamer caches per-experiment plan vectors; once an experiment is in no snapshot
+    they go (a controller sees experiments come and go for as long as it runs, and
+    each one's vectors used to stay), and the ranking of the rest does not change."""
+    state, _, _, b0 = two_experiments()
+    policy = BeamerPolicy()
+    policy.rank(state)
+    caches = (policy._per_iteration, policy._future, policy._stage_plan, policy._sync_bytes)
+    assert {k[0] for cache in caches for k in cache} == {1, 2}
+    only_b = dataclasses.replace(
+        state,
+        coflows=tuple(c for c in state.coflows if c.key == b0),
+        experiments={2: state.experiments[2]},
+    )
+    assert policy.rank(only_b).groups == BeamerPolicy().rank(only_b).groups == ((b0,),)
+    assert {k[0] for cache in caches for k in cache} == {2}
+    assert policy.rank(state).groups == BeamerPolicy().rank(state).groups  # A again
+
+
 def test_beamer_counts_remaining_iterations_of_the_running_stage() -> None:
     unit = 1000
     many = TrialStage(0, 10, 0.0, (Flow(0, 1, unit),))

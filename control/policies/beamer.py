@@ -24,7 +24,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from numba import njit
@@ -242,6 +242,28 @@ class BeamerPolicy(BasePolicy):
         self._plan_parts: dict[tuple[int, ...], _PlanPart] = {}
         self._alone_s: dict[tuple[int, int], float] = {}
         self._iteration_cache: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+        self._seen_experiments: set[int] = set()
+        """The experiments the caches above may hold (see :meth:`_forget_gone`)."""
+
+    def _forget_gone(self, present: set[int]) -> None:
+        """Drop what the caches keep of experiments no longer in the snapshot: a controller
+        sees experiment after experiment for as long as it runs, and each one's plan
+        vectors used to stay for good."""
+        gone = self._seen_experiments - present
+        self._seen_experiments = present
+        if not gone:
+            return
+        caches: tuple[dict[Any, Any], ...] = (
+            self._per_iteration,
+            self._sync_bytes,
+            self._future,
+            self._stage_plan,
+            self._alone_s,
+            self._iteration_cache,
+        )
+        for cache in caches:
+            for key in [key for key in cache if key[0] in gone]:
+                del cache[key]
 
     # -- demand vectors --
 
@@ -488,6 +510,7 @@ class BeamerPolicy(BasePolicy):
         for coflow in snapshot.coflows:
             members[unit_of(coflow.key)].append(coflow)
         units = sorted(members)
+        self._forget_gone(set(snapshot.experiments).union(unit[0] for unit in units))
         if not units:
             return Ranking(())
         demands = []
