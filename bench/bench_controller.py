@@ -40,13 +40,14 @@ from typing import Any
 from google.protobuf.internal import api_implementation
 from p4.v1 import p4runtime_pb2
 
-from bench.common import emit, stop_child
+from bench.common import emit, run_command, stop_child
 from control.cli import OneLineErrors
 from control.controller import Controller, ControllerConfig
 from control.controller_cli import embedded_artifacts, load_policy
 from control.errors import UserError
 from control.events import EventClient, EventServer
 from control.p4runtime_client import P4RuntimeClient
+from control.policies.spec import parse_policy_list
 from control.topology import parse_topology
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch, VirtualClock
@@ -319,6 +320,10 @@ def measure(address: str, events: int, policy_name: str, seed: int) -> dict[str,
 
 
 def main() -> None:
+    run_command(run_main)
+
+
+def run_main() -> None:
     parser = OneLineErrors(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer events, one run")
     parser.add_argument(
@@ -331,6 +336,9 @@ def main() -> None:
     if args.serve_switch:
         serve_switch()
         return
+    # Checked before any switch starts: an unknown policy found after the others' runs
+    # would cost them.
+    policies = parse_policy_list(args.policies)
     runs = 1 if args.quick else 3
     events = 60 if args.quick else 300
     emit(
@@ -343,7 +351,7 @@ def main() -> None:
             "protobuf_backend": api_implementation.Type(),
             "policies": {
                 name: summarise([run(events, name, seed) for seed in range(1, runs + 1)])
-                for name in args.policies.split(",")
+                for name in policies
             },
         }
     )

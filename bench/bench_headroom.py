@@ -48,6 +48,7 @@ import random
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,10 +64,11 @@ from bench.heldout import SHAPE_MIXES, mix_workload, sct_figures
 from bench.heldout import summarize as summarize_against_sincronia
 from control.cli import OneLineErrors
 from control.errors import UserError
+from control.files import read_json
 from control.model import Stage, TrialStage, Workload
-from control.options import integer
+from control.options import integer, path_option, refuse_repeats
 from control.policies.base import BasePolicy
-from control.policies.spec import policy_from_spec
+from control.policies.spec import parse_policy_list, policy_from_spec
 from control.policies.static_order import StaticOrderPolicy, neighbours
 from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
@@ -204,37 +206,107 @@ def reversed_pairs(
     return counts
 
 
-def headroom_file(option: str, path: str, *fields: str) -> dict[str, Any]:
+def headroom_file(option: str, path: str | Path, *fields: str) -> dict[str, Any]:
     """An earlier run's JSON whose per-seed rows each have a ``seed`` and ``fields`` (what
     ``--start-from``, ``--moves-from``, ``--tails-from`` and bench_rollout's ``--hindsight``
-    read); anything else is one line naming the option, the file and what is wrong."""
+    read), each of its type: ``*_order`` a list of experiment ids, ``*_s`` a positive
+    number. It is read with the bounds of every user file (a FIFO or ``/dev/zero`` is
+    refused, not waited on or read without end), and anything wrong is one line naming
+    the option, the file and the field, before any simulation."""
+    where = f"{option} {path}"
     try:
-        with open(path) as handle:
-            head = json.load(handle)
-        rows = head["seeds"]
-        seeds = [int(row["seed"]) for row in rows]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{option} {path}: not a bench_headroom JSON ({error})") from None
-    for seed, row in zip(seeds, rows, strict=True):
+        head = read_json(Path(path), what="regular file")
+    except UserError as error:
+        raise UserError(f"{option} {error} (not a bench_headroom JSON)") from None
+    if not isinstance(head, dict) or not isinstance(head.get("seeds"), list):
+        raise UserError(f"{where}: not a bench_headroom JSON (an object with a list 'seeds')")
+    for name in ("instances", "queues"):
+        if not isinstance(head.get(name, ""), str):
+            raise UserError(f"{where}: {name}: {_shown(head[name])} is not a string")
+    rows = head["seeds"]
+    if not rows:
+        raise UserError(f"{where}: seeds: an empty list (no seed to read)")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: seeds[{index}]: {_shown(row)} is not an object")
+        seed = row.get("seed")
+        if not _is_whole(seed):
+            raise UserError(
+                f"{where}: seeds[{index}].seed: {_shown(seed)} is not a seed (a whole number >= 0)"
+            )
         for name in fields:
             if name not in row:
-                raise UserError(f"{option} {path}: seed {seed} has no {name}")
+                raise UserError(f"{where}: seeds[{index}]: seed {seed} has no {name}")
+            value = row[name]
+            if name.endswith("_order") and not (
+                isinstance(value, list) and all(_is_whole(e) for e in value)
+            ):
+                raise UserError(
+                    f"{where}: seeds[{index}].{name}: {_shown(value)} is not a list of "
+                    "experiment ids (whole numbers >= 0)"
+                )
+            if name.endswith("_s") and not (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value > 0
+            ):
+                raise UserError(
+                    f"{where}: seeds[{index}].{name}: {_shown(value)} is not a number of "
+                    "seconds above 0"
+                )
+    refuse_repeats((row["seed"] for row in rows), f"{where}: seeds", lambda s: f"seed {s}")
     return dict(head)
 
 
-def headroom_rows(option: str, path: str, *fields: str) -> list[dict[str, Any]]:
+def _is_whole(value: object) -> bool:
+    """A seed or an experiment id as JSON gives it: an integer >= 0 (``true`` is not 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _shown(value: object, width: int = 40) -> str:
+    """``value`` as JSON, shortened to ``width`` characters for a one-line error."""
+    text = json.dumps(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_orders(
+    option: str, path: str | Path, rows: Sequence[dict[str, Any]], kind: str, *fields: str
+) -> None:
+    """Each row's ``fields`` (orders checked by :func:`headroom_file`) must order exactly
+    the experiments of the row's seed's instance of ``kind``: an id the instance does not
+    have, one left out or one twice would fail deep in a simulation (or a worker)."""
+    for index, row in enumerate(rows):
+        ids = {e.experiment_id for e in instance(row["seed"], kind).experiments}
+        for name in fields:
+            order = row[name]
+            where = f"{option} {path}: seeds[{index}].{name}"
+            refuse_repeats(order, where, lambda e: f"experiment {e}")
+            unknown = sorted(set(order) - ids)
+            if unknown:
+                raise UserError(
+                    f"{where}: experiment {unknown[0]} is not in seed {row['seed']}'s "
+                    f"{kind} instance ({len(ids)} experiments)"
+                )
+            missing = sorted(ids - set(order))
+            if missing:
+                raise UserError(f"{where}: experiment {missing[0]} is left out")
+
+
+def headroom_rows(option: str, path: str | Path, *fields: str) -> list[dict[str, Any]]:
     """The per-seed rows of :func:`headroom_file`."""
     return list(headroom_file(option, path, *fields)["seeds"])
 
 
-def moves_from(path: str, policy: str, kind: str) -> dict[str, Any]:
+def moves_from(path: str | Path, policy: str, kind: str) -> dict[str, Any]:
     """:func:`reversed_pairs` from ``policy``'s completion order to the best order found, summed
     over the seeds of an earlier run's JSON (its instances rebuilt from their seeds)."""
     key = f"{policy}_completion_order"
     rows = headroom_rows("--moves-from", path, key, "best_order")
+    check_orders("--moves-from", path, rows, kind, key, "best_order")
     total: dict[str, dict[str, int]] = {}
     for row in rows:
-        counts = reversed_pairs(instance(int(row["seed"]), kind), row[key], row["best_order"])
+        counts = reversed_pairs(instance(row["seed"], kind), row[key], row["best_order"])
         for name, cells in counts.items():
             for cell, value in cells.items():
                 total.setdefault(name, {}).setdefault(cell, 0)
@@ -287,7 +359,7 @@ def tail_stage_summary(runs: Sequence[dict[str, dict[str, Any]]], name: str) -> 
     }
 
 
-def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, Any]:
+def tails_from(path: str | Path, policies: Sequence[str], workers: int) -> dict[str, Any]:
     """The tail of the best orders an earlier run found: each seed's best order, Sincronia
     and ``policies`` simulated again on its instance with its classes, their average and
     p99 SCT set against Sincronia's as the held-out tables do. It says whether the orders
@@ -301,11 +373,12 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
     modes = parse_queues(str(head.get("queues", "ideal")))
     if kind is None or len(modes) != 1:
         raise UserError(f"--tails-from {path}: its instances or queues are not known here")
+    check_orders("--tails-from", path, rows, kind, "best_order")
     with worker_pool(workers) as pool:
         runs = list(
             pool.map(
                 tail_seed,
-                [int(row["seed"]) for row in rows],
+                [row["seed"] for row in rows],
                 [kind] * len(rows),
                 [modes[0]] * len(rows),
                 [row["best_order"] for row in rows],
@@ -316,10 +389,10 @@ def tails_from(path: str, policies: Sequence[str], workers: int) -> dict[str, An
     sincronia_s = tails["sincronia_avg_sct_s"]
     gain_s = sincronia_s - tails[BEST]["avg_sct_s"]
     return {
-        "from": path,
+        "from": str(path),
         "instances": INSTANCES[kind],
         "queues": head.get("queues", "ideal"),
-        "seeds": [int(row["seed"]) for row in rows],
+        "seeds": [row["seed"] for row in rows],
         "tails": tails,
         # Σ (Sincronia − policy) / Σ (Sincronia − best order), as the search's summary.
         "share_of_gain": {
@@ -520,6 +593,7 @@ def run_main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 seeds, 40 simulations each")
     parser.add_argument(
         "--start-from",
+        type=path_option,
         default=None,
         help="JSON of an earlier run: its best orders start the search (a second pass)",
     )
@@ -536,12 +610,14 @@ def run_main() -> None:
     )
     parser.add_argument(
         "--moves-from",
+        type=path_option,
         default=None,
         metavar="JSON",
         help="no search: what an earlier run's best orders changed from --moves-policy's",
     )
     parser.add_argument(
         "--tails-from",
+        type=path_option,
         default=None,
         metavar="JSON",
         help="no search: the p99 of an earlier run's best orders and of --policies",
@@ -571,17 +647,15 @@ def run_main() -> None:
         )
     seeds = [3, 5] if args.quick else parse_seed_ranges(args.seeds)
     evals = 40 if args.quick else args.evals
-    policies = tuple(args.policies.split(","))
-    for name in policies:
-        policy_from_spec(name)
+    policies = parse_policy_list(args.policies)
     modes = parse_queues(args.queues)
     if len(modes) != 1:
         raise UserError("--queues: one mode only (ideal or K classes)")
     classes = modes[0]
-    if args.moves_from:
+    if args.moves_from is not None:
         emit(moves_from(args.moves_from, args.moves_policy, args.instance))
         return
-    if args.tails_from:
+    if args.tails_from is not None:
         emit(tails_from(args.tails_from, policies, args.workers))
         return
     if args.screen:
@@ -605,9 +679,11 @@ def run_main() -> None:
         )
         return
     earlier: dict[int, list[tuple[int, ...]]] = {}
-    if args.start_from:
-        for row in headroom_rows("--start-from", args.start_from, "best_order"):
-            earlier.setdefault(int(row["seed"]), []).append(tuple(row["best_order"]))
+    if args.start_from is not None:
+        rows = headroom_rows("--start-from", args.start_from, "best_order")
+        check_orders("--start-from", args.start_from, rows, args.instance, "best_order")
+        for row in rows:
+            earlier.setdefault(row["seed"], []).append(tuple(row["best_order"]))
     with worker_pool(args.workers) as pool:
         futures = [
             pool.submit(

@@ -31,6 +31,7 @@ import sys
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.bench_headroom import INSTANCES, avg_sct, headroom_rows, instance
@@ -44,10 +45,10 @@ from bench.common import (
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
-from control.options import integer
+from control.options import integer, path_option
 from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.lookahead import improve, insert_best
-from control.policies.spec import policy_from_spec
+from control.policies.spec import parse_policy_list, policy_from_spec
 from control.policies.static_order import StaticOrderPolicy
 from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
@@ -213,12 +214,13 @@ def markdown(
     return "\n".join(lines)
 
 
-def read_hindsight(path: str | None) -> dict[int, float]:
-    """Seed → best static order's average SCT, from a ``bench_headroom`` JSON."""
+def read_hindsight(path: str | Path | None) -> dict[int, float]:
+    """Seed → best static order's average SCT, from a ``bench_headroom`` JSON (each row
+    checked by :func:`headroom_rows`: a seed and a positive number of seconds)."""
     if path is None:
         return {}
     rows = headroom_rows("--hindsight", path, "best_static_avg_sct_s")
-    return {int(r["seed"]): float(r["best_static_avg_sct_s"]) for r in rows}
+    return {r["seed"]: float(r["best_static_avg_sct_s"]) for r in rows}
 
 
 def main() -> None:
@@ -236,7 +238,9 @@ def run_main() -> None:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--instance", default="default", choices=tuple(INSTANCES))
     parser.add_argument("--queues", default="ideal", help="ideal or K classes")
-    parser.add_argument("--hindsight", default=None, metavar="JSON", help="a bench_headroom run")
+    parser.add_argument(
+        "--hindsight", type=path_option, default=None, metavar="JSON", help="a bench_headroom run"
+    )
     parser.add_argument("--markdown", action="store_true", help="print the table after the JSON")
     parser.add_argument("--quick", action="store_true", help="2 small instances, 2 moves each")
     args = parser.parse_args()
@@ -247,9 +251,7 @@ def run_main() -> None:
     if args.evals < 0:
         raise UserError(f"--evals: {args.evals} is not a number of simulations")
     seeds = parse_seed_ranges(args.seeds)
-    policies = tuple(dict.fromkeys(("sincronia", *args.policies.split(","))))
-    for name in policies:
-        policy_from_spec(name)
+    policies = tuple(dict.fromkeys(("sincronia", *parse_policy_list(args.policies))))
     modes = parse_queues(args.queues)
     if len(modes) != 1:
         raise UserError("--queues: one mode only (ideal or K classes)")

@@ -41,6 +41,7 @@ from control.model import Workload
 from control.options import integer
 from control.policies import POLICIES, get_policy, is_search
 from control.policies.base import BasePolicy, Ranking, Snapshot
+from control.policies.spec import parse_policy_list
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
 from workloads import coflow_benchmark, hp_tuning
 from workloads.loader import load_workload
@@ -216,7 +217,9 @@ def main() -> None:
     ):
         if value < low:
             raise UserError(f"{option}: {value} is below {low}")
-    policies = [name for name in args.policies.split(",") if name]
+    # Registered names only (timed() builds each run's policy by name), checked before
+    # the warm-up: an unknown one found after the runs of the others would cost them.
+    policies = list(parse_policy_list(args.policies, check=get_policy))
     # Warm-up: load (or compile) the kernels outside any timed run.
     tiny = offline_subset(400, 5)
     for name in ("fair", "varys"):

@@ -34,7 +34,7 @@ from bench.common import (
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
-from control.policies.spec import policy_from_spec
+from control.policies.spec import parse_policy_list, policy_from_spec
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
 from workloads.hp_tuning import HpTuningConfig
@@ -120,9 +120,7 @@ def run_main() -> None:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     seeds = parse_seed_ranges(args.seeds)
-    policies = args.policies.split(",")
-    for spec in policies:
-        policy_from_spec(spec)
+    policies = parse_policy_list(args.policies)
     chosen = args.settings.split(",")
     unknown = [s for s in chosen if s not in SETTINGS]
     if unknown:

@@ -18,7 +18,7 @@ from bench.common import emit, parse_seed_ranges, run_command
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.options import integer
-from control.policies.spec import policy_from_spec
+from control.policies.spec import parse_policy_list, policy_from_spec
 from sim.cli import parse_queues
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
@@ -56,10 +56,11 @@ def main() -> None:
     if not 1 <= args.jobs <= MAX_JOBS:
         raise UserError(f"--jobs: {args.jobs} is not between 1 and {MAX_JOBS}")
     queues = parse_queues(args.queues)
+    policies = parse_policy_list(args.policies)
     rows = []
     for seed in seeds:
         workload = hp_tuning.generate(hp_tuning.HpTuningConfig(seed=seed, num_jobs=args.jobs))
-        for spec in (p for p in args.policies.split(",") if p):
+        for spec in policies:
             for num_classes in queues:
                 fast = simulate(workload, policy_from_spec(spec), SimConfig(num_classes))
                 reference = simulate(

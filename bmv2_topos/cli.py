@@ -8,11 +8,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from control.errors import UserError
-from control.files import output_directory, outputs_ready
+from control.files import output_directory, outputs_ready, read_json
 from control.options import integer, number, parse_seeds, path_option, seed
+
+if TYPE_CHECKING:
+    from control.topology import Topology
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOPOLOGY = REPO_ROOT / "bmv2_topos" / "single_switch.json"
@@ -109,6 +112,26 @@ def network_seeds(args: argparse.Namespace) -> tuple[int, ...]:
     return seeds
 
 
+def check_bmv2_files(args: argparse.Namespace, topology: Topology) -> None:
+    """p4c's outputs, when a switch runs on BMv2 (``--target bmv2`` or a switch's own
+    ``target``), read and parsed as the controller will read them: the controller starts
+    only once the network and the switches are up, too late for a missing or broken file."""
+    from control.controller_cli import bmv2_artifacts
+
+    if all((switch.target or args.target) != "bmv2" for switch in topology.switches):
+        return
+    if args.bmv2_json is None or args.p4info is None:
+        raise UserError("a BMv2 switch needs --bmv2-json and --p4info (outputs of p4c)")
+    try:
+        read_json(args.bmv2_json, what="BMv2 JSON file", missing="no such BMv2 JSON file")
+    except UserError as error:
+        raise UserError(f"--bmv2-json {error}") from None
+    try:
+        bmv2_artifacts(args.bmv2_json, args.p4info)
+    except UserError as error:  # the JSON was read above: this is the P4Info's
+        raise UserError(f"--p4info {error}") from None
+
+
 def policy_names(text: str, option: str) -> tuple[str, ...]:
     """The policies of ``text``, each once and every one known, checked before a
     mistake could surface after the network of the first run was built."""
@@ -135,6 +158,7 @@ def run_emulate(args: argparse.Namespace) -> int:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
     policies = policy_names(args.policies, "--policies")
     topology = load_topology(args.topo)
+    check_bmv2_files(args, topology)
     out = output_directory_for(args.out, OUTPUT_NAMES)
     netns.require_congestion_control(args.congestion_control)
     netns.require_root()

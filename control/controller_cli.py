@@ -29,6 +29,7 @@ from control.events import (
     EventClient,
     EventServer,
     ServerLimits,
+    client_address,
     default_socket_dir,
     default_socket_path,
     ensure_private_dir,
@@ -123,8 +124,11 @@ def register(subparsers: Any) -> None:
     status = subparsers.add_parser(
         "status", help="show the controller's order, classes and installed entries"
     )
-    status.add_argument("--events-addr", default=None, help="controller HOST:PORT")
-    status.add_argument("--events-socket", default=None, help="controller Unix socket")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument(
+        "--events-addr", default=None, help=f"controller HOST:PORT (default {DEFAULT_EVENTS_ADDR})"
+    )
+    where.add_argument("--events-socket", default=None, help="controller Unix socket")
     status.add_argument("--json", action="store_true", help="print the raw JSON status")
     status.set_defaults(func=show_status)
 
@@ -249,8 +253,23 @@ def run_controller(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_address(args: argparse.Namespace) -> str:
+    """The controller ``beamer status`` asks, checked before it connects. An option given
+    empty is refused: taken as not given, it would ask the default address instead."""
+    for option, value in (
+        ("--events-socket", args.events_socket),
+        ("--events-addr", args.events_addr),
+    ):
+        if value is not None:
+            try:
+                return client_address(value)
+            except UserError as error:
+                raise UserError(f"{option}: {error}") from None
+    return DEFAULT_EVENTS_ADDR
+
+
 def show_status(args: argparse.Namespace) -> int:
-    address = args.events_socket or args.events_addr or DEFAULT_EVENTS_ADDR
+    address = status_address(args)
     with EventClient(address, timeout_s=10) as client:
         status = client.status()
     if args.json:

@@ -1076,6 +1076,34 @@ class ControllerUnreachable(UserError):
     """No controller answers at the address or socket."""
 
 
+def _is_socket_path(address: str) -> bool:
+    return "/" in address or address.endswith(".sock")
+
+
+def client_address(address: str | Path) -> str:
+    """The controller address an :class:`EventClient` connects to, checked before any
+    connection: a Unix socket path (anything with ``/`` or ending ``.sock``), or
+    ``HOST:PORT`` with a host a name lookup takes. Left to ``http.client`` and the
+    lookup, a space or control character (``InvalidURL``) or a label of the name over
+    63 characters (the IDNA codec's ``UnicodeError``) would be a traceback."""
+    text = str(address)
+    if not text.strip():
+        raise UserError("an empty controller address")
+    if _is_socket_path(text):
+        if "\0" in text:  # no socket has such a name: connect() would raise ValueError
+            raise UserError(f"{text!r}: not a socket path (it holds a NUL character)")
+        return text
+    host, _ = parse_hostport(text)
+    if any(char <= " " or char == "\x7f" for char in host):
+        raise UserError(f"{text!r}: the host {host!r} holds a space or a control character")
+    try:
+        host.encode("idna")
+    except UnicodeError as error:
+        reason = error.__cause__ or error  # the codec's own reason, not its wrapper
+        raise UserError(f"{text!r}: the host {host!r} is not a host name ({reason})") from None
+    return text
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -1166,14 +1194,14 @@ class EventClient:
     """
 
     def __init__(self, address: str | Path, timeout_s: float = 30.0) -> None:
-        self.address = str(address)
+        self.address = client_address(address)
         self.timeout_s = timeout_s
         self._connection: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
         self._watchdog = _Watchdog()
 
     def _connect(self) -> http.client.HTTPConnection:
-        if "/" in self.address or self.address.endswith(".sock"):
+        if _is_socket_path(self.address):
             return _UnixConnection(self.address, self.timeout_s)
         host, port = parse_hostport(self.address)
         return http.client.HTTPConnection(host, port, timeout=self.timeout_s)
@@ -1184,7 +1212,12 @@ class EventClient:
         with self._lock:
             for attempt in (0, 1):
                 if self._connection is None:
-                    self._connection = self._connect()
+                    try:
+                        self._connection = self._connect()
+                    except ValueError as error:  # http.client refused the host
+                        raise ControllerUnreachable(
+                            f"controller at {self.address}: {error}"
+                        ) from None
                 connection = self._connection
                 expired = self._watchdog.arm(connection, self.timeout_s)
                 try:
@@ -1194,7 +1227,9 @@ class EventClient:
                     if expired.is_set():  # the body was cut off, not whole
                         raise TimeoutError
                     break
-                except (ConnectionError, http.client.HTTPException, OSError) as error:
+                except (ConnectionError, http.client.HTTPException, OSError, ValueError) as error:
+                    # ValueError: a name lookup's UnicodeError (the IDNA codec), or
+                    # http.client's own refusal of what it was given.
                     connection.close()
                     self._connection = None
                     if expired.is_set():

@@ -213,6 +213,91 @@ def test_a_policy_given_twice_is_refused_by_every_command(
     assert f"{option}: 'fair' given more than once" in one_line(err)
 
 
+def test_tune_checks_the_hyperband_plan_before_the_runs(
+    capsys: pytest.CaptureFixture[str], no_runs: None
+) -> None:
+    """The plan failed only inside the search, once Ray and the network had started."""
+    pytest.importorskip("ray")
+    status, err = run(["tune", "--trials", "3", "--max-t", "2", "--eta", "1.6"], capsys)
+    assert status == 2
+    line = one_line(err)
+    assert line.startswith("beamer: error: --trials 3, --max-t 2, --eta 1.6: ")
+    assert "rung 1 of bracket s=1 would run no iteration" in line
+
+
+def _p4c_outputs(tmp_path: Path) -> tuple[Path, Path]:
+    """A BMv2 JSON and a P4Info text as p4c writes them (the P4Info of beamer.p4)."""
+    from google.protobuf import text_format
+
+    from softswitch.frontend import compile_file
+
+    bmv2_json = tmp_path / "beamer.json"
+    bmv2_json.write_text('{"program": "beamer.p4"}')
+    p4info = tmp_path / "beamer.p4info.txt"
+    program = compile_file(REPO / "p4src" / "beamer.p4")
+    p4info.write_text(text_format.MessageToString(program.p4info))
+    return bmv2_json, p4info
+
+
+@pytest.mark.parametrize("command", ["emulate", "tune"])
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        ("missing-json", "--bmv2-json {json}: no such BMv2 JSON file"),
+        ("bad-json", "--bmv2-json {json}:1:2: invalid JSON"),
+        ("missing-p4info", "--p4info {p4info}: no such file"),
+        ("bad-p4info", "--p4info {p4info}:1:"),
+    ],
+)
+def test_bmv2_files_are_checked_before_the_network_starts(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    command: str,
+    broken: str,
+    message: str,
+) -> None:
+    """The controller, which reads them, starts only once the network is up."""
+    if command == "tune":
+        pytest.importorskip("ray")
+    bmv2_json, p4info = _p4c_outputs(tmp_path)
+    if broken.startswith("missing"):
+        (bmv2_json if broken == "missing-json" else p4info).unlink()
+    elif broken == "bad-json":
+        bmv2_json.write_text("{,}")
+    else:
+        p4info.write_text("tables { nosuch_field: 1 }")
+    argv = [command, "--target", "bmv2", "--bmv2-json", str(bmv2_json), "--p4info", str(p4info)]
+    status, err = run(argv, capsys)
+    assert status == 2
+    expected = message.format(json=bmv2_json, p4info=p4info)
+    assert one_line(err).startswith(f"beamer: error: {expected}")
+
+
+def test_a_topology_with_a_bmv2_switch_needs_p4cs_outputs(tmp_path: Path) -> None:
+    """A switch's own ``target`` makes it a BMv2 switch whatever ``--target`` says."""
+    import argparse
+    import json
+
+    from bmv2_topos.cli import DEFAULT_TOPOLOGY, check_bmv2_files
+    from control.errors import UserError
+    from control.topology import load_topology
+
+    raw = json.loads(DEFAULT_TOPOLOGY.read_text())
+    raw["switches"][0]["target"] = "bmv2"
+    topo = tmp_path / "topo.json"
+    topo.write_text(json.dumps(raw))
+    topology = load_topology(topo)
+    args = argparse.Namespace(target="embedded", bmv2_json=None, p4info=None)
+    with pytest.raises(UserError, match="a BMv2 switch needs --bmv2-json and --p4info"):
+        check_bmv2_files(args, topology)
+    args.bmv2_json, args.p4info = _p4c_outputs(tmp_path)
+    check_bmv2_files(args, topology)  # p4c's outputs as they are pass
+    args.p4info = tmp_path
+    with pytest.raises(UserError, match=f"--p4info {tmp_path}: is a directory"):
+        check_bmv2_files(args, topology)
+
+
 @pytest.mark.parametrize("scheduler", ["hyperband", "asha"])
 def test_tune_without_ray_says_so(
     monkeypatch: pytest.MonkeyPatch,

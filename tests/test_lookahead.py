@@ -193,7 +193,7 @@ def test_online_order_never_loses_to_its_first_insertions() -> None:
         (["--evals", "-1"], "--evals: -1"),
         (
             ["--hindsight", "/nonexistent.json", "--seeds", "1"],
-            "--hindsight /nonexistent.json: not a bench_headroom JSON",
+            "--hindsight /nonexistent.json: no such file",
         ),
     ],
 )

@@ -143,3 +143,58 @@ def test_the_watchdog_thread_ends_when_idle_and_on_close(
     assert client.health() is True  # and back for the next call
     client.close()
     assert watchdogs() == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # http.client refused these with an InvalidURL traceback.
+        (["--events-addr", "a b:80"], "--events-addr: 'a b:80': the host 'a b' holds a space"),
+        (["--events-addr", "a\x01b:80"], "the host 'a\\x01b' holds a space or a control"),
+        # The name lookup's IDNA codec refused this with a UnicodeError traceback.
+        (["--events-addr", "a" * 64 + ".example:80"], "is not a host name (label"),
+        # Empty, each was taken as not given: the default address was asked instead.
+        (["--events-addr", ""], "--events-addr: an empty controller address"),
+        (["--events-socket", ""], "--events-socket: an empty controller address"),
+        # Two places to ask: one was dropped without a word.
+        (
+            ["--events-socket", "/run/c.sock", "--events-addr", "127.0.0.1:9100"],
+            "argument --events-addr: not allowed with argument --events-socket",
+        ),
+    ],
+)
+def test_a_bad_address_is_one_line_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    def connects(*args: object, **kwargs: object) -> None:
+        pytest.fail("beamer status connected: the address was not refused before")
+
+    monkeypatch.setattr(socket, "create_connection", connects)
+    monkeypatch.setattr(socket.socket, "connect", connects)
+    try:
+        status = main(["status", *argv])
+    except SystemExit as exited:  # an argument error
+        status = exited.code
+    assert status == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], captured.err
+
+
+def test_a_name_lookup_that_fails_on_the_name_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lookup's codec raises UnicodeError (a ValueError), not an OSError."""
+
+    def lookup(*args: object, **kwargs: object) -> None:
+        raise UnicodeError("encoding with 'idna' codec failed (UnicodeError: label too long)")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    with (
+        EventClient("controller.example:9100", timeout_s=5.0) as client,
+        pytest.raises(ControllerUnreachable, match=r"controller at controller\.example:9100: "),
+    ):
+        client.status()

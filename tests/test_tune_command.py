@@ -57,9 +57,6 @@ def test_without_root_it_says_so() -> None:
     assert "root" in result.stderr
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 def _longest_sync_overlap_s(iterations: list[dict[str, str]]) -> float:
     """The longest time two experiments' all-reduce coflows were on the network at once
     (an iteration's sync ends when it reports and lasts ``allreduce_s``)."""
@@ -78,6 +75,9 @@ def _longest_sync_overlap_s(iterations: list[dict[str, str]]) -> float:
     )
 
 
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:

@@ -57,11 +57,12 @@ def register(subparsers: Any) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
-    from bmv2_topos.cli import network_seeds, output_directory_for
+    from bmv2_topos.cli import check_bmv2_files, network_seeds, output_directory_for
     from bmv2_topos.report import OUTPUT_NAMES, table
     from control.policies import get_policy
     from control.policies.spec import parse_policy_list
     from control.topology import load_topology
+    from tuner.plan import hyperband_plan
     from tuner.run import (
         TUNER_OUTPUT_NAMES,
         TuneOptions,
@@ -82,6 +83,12 @@ def run_tune(args: argparse.Namespace) -> int:
         raise UserError(f"--max-t: {args.max_t} is out of range 1..100")
     if not (math.isfinite(args.eta) and 1.5 <= args.eta <= 10):
         raise UserError(f"--eta: {args.eta} is out of range 1.5..10")
+    try:  # the plan a search builds once Ray and the network are up: fail here instead
+        hyperband_plan(args.trials, args.max_t, args.eta)
+    except UserError as error:
+        raise UserError(
+            f"--trials {args.trials}, --max-t {args.max_t}, --eta {args.eta:g}: {error}"
+        ) from None
     if args.scheduler == "asha":
         from ray.tune.schedulers import AsyncHyperBandScheduler
 
@@ -89,6 +96,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
         require_stages(AsyncHyperBandScheduler())
     topology = load_topology(args.topo)
+    check_bmv2_files(args, topology)
     needed = args.workers + (1 if args.sync == "ps" else 0)
     if args.workers < 2 or needed > len(topology.hosts):
         raise UserError(
