@@ -40,15 +40,12 @@ import h11
 from control.addresses import is_decimal, split_hostport
 from control.errors import UserError
 from control.files import DuplicateKey, unique_keys
-from control.model import Experiment, Flow, Stage, TrialStage
+from control.model import WEIGHT_RANGE, Experiment, Flow, Stage, TrialStage
 
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
 ID16_MAX = 0xFFFF
-WEIGHT_RANGE = (1e-6, 1e6)
-"""An experiment's weight: finite and positive; the bounds keep the policies' weight
-arithmetic (ratios and differences of weights and byte counts) finite."""
 MAX_SECONDS = 1e9
 """Upper bound of every duration or time in an event (about 31 years)."""
 

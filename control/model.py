@@ -68,6 +68,13 @@ class Stage:
         return sum(t.iterations * t.sync_bytes for t in self.trials)
 
 
+WEIGHT_RANGE = (1e-6, 1e6)
+"""An experiment's weight, wherever it is read (events, workload files): finite and
+positive, and bounded so that the policies' weight arithmetic (ratios and differences
+of weights and byte counts) stays finite; weights of 1e308 overflowed to infinity, and
+infinity minus infinity left the Beamer ranking without an order."""
+
+
 @dataclass(frozen=True, slots=True)
 class Experiment:
     """A tuning experiment; stage i+1 is released when stage i completes."""

@@ -122,6 +122,8 @@ def test_offline_command_writes_a_trace_simulate_reads(
     [
         (["workload", "offline", "fb2010", "--max-flows", "0"], "--max-flows: must be at least 1"),
         (["workload", "offline", "absent.txt"], "absent.txt: no such file"),
+        # It read "." and said "is a directory", naming neither the argument nor the problem.
+        (["workload", "offline", ""], "argument trace: an empty path"),
         (["workload", "generate", "--jobs", "1000000000"], "--jobs 1000000000: must be 1..10000"),
         (["workload", "generate", "--hosts", "1000000000"], "--hosts 1000000000: must be 2..10000"),
     ],
@@ -130,7 +132,11 @@ def test_bad_workload_arguments_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     out = tmp_path / "out.txt"
-    assert main([*argv, "--out", str(out)]) == 2
+    try:
+        status = main([*argv, "--out", str(out)])
+    except SystemExit as exit_:  # argparse refuses a bad argument by exiting
+        status = int(exit_.code or 0)
+    assert status == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert message in err
@@ -306,7 +312,7 @@ def test_to_trace_never_writes_a_trace_the_reader_refuses(
     # Two flows of 6e14 bytes into one host: each within its limit, the reducer not.
     source = tmp_path / "w.json"
     source.write_text(
-        '{"format": "beamer-workload/1", "num_hosts": 3, "link_bps": 1e15, "experiments": ['
+        '{"format": "beamer-workload/1", "num_hosts": 3, "link_bps": 1e9, "experiments": ['
         '{"experiment_id": 0, "arrival_s": 0, "kind": "coflow", "stages": [{"stage_id": 0, '
         '"trials": [{"trial_id": 0, "iterations": 1, "compute_s": 0, "sync_flows": '
         "[[0, 2, 600000000000000], [1, 2, 600000000000000]]}]}]}]}"
@@ -317,4 +323,135 @@ def test_to_trace_never_writes_a_trace_the_reader_refuses(
         f"beamer: error: {out}: not written: its line 2 would be refused: reducer 2 size (MB) "
         "1144409179.6875 is above the limit of 9.53674e+08 MB\n"
     )
+    assert not out.exists()
+
+
+def _two_arrivals(path: Path, first_s: float, second_s: float, size_bytes: int) -> Path:
+    """A workload of two one-flow experiments on 1 kbit/s links."""
+    experiments = [
+        {
+            "experiment_id": index,
+            "arrival_s": arrival_s,
+            "stages": [
+                {
+                    "stage_id": 0,
+                    "trials": [
+                        {
+                            "trial_id": 0,
+                            "iterations": 1,
+                            "compute_s": 0,
+                            "sync_flows": [[0, 1, size_bytes]],
+                        }
+                    ],
+                }
+            ],
+        }
+        for index, arrival_s in enumerate((first_s, second_s))
+    ]
+    document = {"format": "beamer-workload/1", "num_hosts": 3, "link_bps": 1e3}
+    path.write_text(json.dumps({**document, "experiments": experiments}))
+    return path
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_show_json_is_json_when_the_offered_load_overflows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Arrivals 5e-324 s apart offer an infinite load: printed as ``Infinity``, which no
+    JSON parser takes; it is null, as a metric without a value in ``simulate --json``."""
+    path = _two_arrivals(tmp_path / "w.json", 0.0, 5e-324, 12_500_000_000)
+    assert main(["workload", "show", str(path), "--json"]) == 0
+    shown = _strict_json(capsys.readouterr().out)
+    assert isinstance(shown, dict)
+    assert shown["offered_load"] is None and shown["total_bytes"] == 25_000_000_000
+    assert main(["workload", "show", str(path)]) == 0
+    assert "offered load          inf (arrivals too close together" in capsys.readouterr().out
+
+
+def test_show_prints_a_huge_offered_load_in_a_few_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Arrivals 1e-300 s apart offer a load of 1e300: it took 300 digits of the line."""
+    path = _two_arrivals(tmp_path / "w.json", 5e-324, 1e-300, 1000)
+    assert main(["workload", "show", str(path)]) == 0
+    (line,) = [row for row in capsys.readouterr().out.splitlines() if "offered load" in row]
+    assert line == "offered load          2.667e+300"
+
+
+LOSSY = (
+    '{"format": "beamer-workload/1", "num_hosts": 4, "link_bps": 1e12, "experiments": [\n'
+    '{"experiment_id": 1, "arrival_s": 0, "weight": 5, "stages": [{"stage_id": 0, "trials": '
+    '[{"trial_id": 0, "iterations": 1, "compute_s": 100, "sync_flows": [[0, 1, 1000]]}]}]},\n'
+    '{"experiment_id": 2, "arrival_s": 1, "stages": [{"stage_id": 3, "trials": [{"trial_id": '
+    '9, "iterations": 1, "compute_s": 0, "sync_flows": [[0, 1, 1000], [1, 2, 1000]]}]}]}]}\n'
+)
+"""Everything a trace cannot carry: a 1 Tbit/s link, a weight, a compute time, stage and
+trial ids, and flows that are no even shuffle (a chain 0 → 1 → 2)."""
+LOST = (
+    "the link rate 1e+12 bit/s (a trace's links are 1 Gbit/s); the weight of 1 experiment "
+    "(experiment 1: 5; a trace's coflows weigh 1); the compute time of 1 experiment "
+    "(experiment 1: 100 s; a trace's coflows compute for 0 s); the stage and trial ids of "
+    "1 experiment (experiment 2: stage 3, trial 9; the reader numbers them 0); the flows of "
+    "1 experiment (experiment 2; not an even shuffle from all the coflow's mappers)"
+)
+
+
+def test_to_trace_refuses_what_the_trace_cannot_carry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each of these changed the answer of a run on the trace, and it was written with
+    exit status 0: the link became 1 Gbit/s, the weight 1, the compute time 0."""
+    source = tmp_path / "w.json"
+    source.write_text(LOSSY)
+    out = tmp_path / "t.txt"
+    assert main(["workload", "to-trace", str(source), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beamer: error: {out}: not written: a Coflow-Benchmark trace cannot carry {LOST}; "
+        "--lossy writes it without them\n"
+    )
+    assert not out.exists()
+
+
+def test_to_trace_lossy_writes_with_one_warning_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "w.json"
+    source.write_text(LOSSY)
+    out = tmp_path / "t.txt"
+    assert main(["workload", "to-trace", str(source), "--out", str(out), "--lossy"]) == 0
+    assert capsys.readouterr().err == f"beamer: warning: {out}: dropped {LOST}\n"
+    again = load_workload(str(out))
+    assert (again.link_bps, [e.weight for e in again.experiments]) == (1e9, [1.0, 1.0])
+
+
+def test_to_trace_of_a_trace_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t.txt"
+    assert main(["workload", "to-trace", "fb2010", "--out", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert load_workload(str(out)).experiments == load_workload("fb2010").experiments
+
+
+def test_load_of_a_workload_that_moves_no_bytes_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every flow is local, so the load is 0 whatever the arrivals: the factor 0 / 0.5
+    put every arrival at 0 and the command said nothing."""
+    trace = tmp_path / "local.txt"
+    trace.write_text("4 2\n1 0 1 0 1 0:5\n2 1000 1 1 1 1:5\n")
+    message = "cannot set the load of a workload that moves no bytes across the network"
+    with pytest.raises(UserError, match=message):
+        load_workload(str(trace), load=0.5)
+    monkeypatch.setenv("BEAMER_FB2010", str(trace))
+    out = tmp_path / "w.json"
+    argv = ["workload", "generate", "--kind", "fb2010", "--load", "0.5", "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"beamer: error: {message} (")
     assert not out.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,18 @@ def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> 
         ("4 1\n1 0 1 0 1 4:1\n", 2, "unknown reducer port 4"),
         ("4 1\n1 0 1 0 2 1:1\n", 2, "2 reducers announced, 1 'port:MB' fields follow"),
         ("4 1\n1 0 1 0 1 1:1 2:1\n", 2, "1 reducers announced, 2 'port:MB' fields follow"),
-        ("4 1\n1 0 5 0 1\n", 2, "5 mappers announced but only 2 fields follow"),
+        ("4 1\n1 0 5 0 1\n", 2, "5 mappers announced but only 2 given"),
+        # The count is of the mapper ports, not of every field that follows the count.
+        ("4 1\n1 0 3 0 1 1:1\n", 2, "3 mappers announced but only 1 given"),
+        ("4 1\n1 0 3 0 1\n", 2, "3 mappers announced but only 2 given"),
+        ("4 1\n1 0 3 0 1 2\n", 2, "3 mappers given, then no '<#reducers> <port:MB> ...'"),
+        # Ports are ASCII digits, as ids and counts: int() reads these too.
+        ("12 1\n1 0 2 0 \u0661 1 2:1\n", 2, "mapper port '\u0661' is not an integer"),
+        ("12 1\n2 10 1 3 1 1_0:2\n", 2, "reducer port '1_0' is not an integer"),
+        ("12 1\n1 0 1 0 1 +1:2\n", 2, "reducer port '+1' is not an integer"),
+        ("12 1\n1 0 1 +0 1 1:2\n", 2, "mapper port '+0' is not an integer"),
+        ("12 1\n+1 0 1 0 1 1:2\n", 2, "coflow id '+1' is not an integer"),
+        ("4 1\n1 0 1 -1 1 1:1\n", 2, "unknown mapper port -1 (trace has ports 0..3)"),
         ("4 1\n1 0 0 1 1:1\n", 2, "number of mappers 0 is out of range"),
         ("4 1\n1 0 1 0 1 1=1\n", 2, "reducer '1=1' is not 'port:MB'"),
         ("4 1\n1 0\n", 2, "2 fields, expected"),
@@ -247,3 +259,34 @@ def test_a_line_too_long_to_split_is_refused_before_it_is() -> None:
     with pytest.raises(UserError) as caught:
         coflow_benchmark.parse(text, "long.txt")
     assert str(caught.value) == "long.txt:2: a line of 1,048,592 characters, above 1,048,576"
+
+
+def test_lines_beyond_the_announced_coflows_are_counted_not_read() -> None:
+    """The count is checked line by line: a line after the first one too many is never
+    split (a long one is not even measured), so ten million lines of ``0`` no longer
+    take gigabytes before the header's count refuses them."""
+    long_line = "2 0 2 0 1 1 " + "1" * coflow_benchmark.MAX_LINE_CHARS + ":1"
+    text = "4 1\n1 0 1 0 1 1:1\n" + "0\n" * 1000 + long_line + "\n"
+    with pytest.raises(UserError) as caught:
+        coflow_benchmark.parse(text, "many.txt")
+    assert str(caught.value) == "many.txt:3: header announces 1 coflows, file has 1002"
+
+
+def test_blank_lines_and_excess_lines_cost_no_memory_of_their_own() -> None:
+    """What the reader allocates follows the coflows announced, not the file's lines: a
+    million blank lines, or a million lines too many, allocate nothing per line (each
+    was a string and a list of fields, over 100 MB here)."""
+    blank = "4 1\n1 0 1 0 1 1:1\n" + "\n" * 1_000_000
+    excess = "4 1\n1 0 1 0 1 1:1\n" + "0\n" * 1_000_000
+    tracemalloc.start()
+    try:
+        assert len(coflow_benchmark.parse(blank).experiments) == 1
+        blank_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        with pytest.raises(UserError, match="header announces 1 coflows, file has 1000001"):
+            coflow_benchmark.parse(excess)
+        excess_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert blank_peak < 1_000_000
+    assert excess_peak < 1_000_000

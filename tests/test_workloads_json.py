@@ -228,6 +228,11 @@ def test_hostile_workload_files_are_one_line_errors(
         ),
         ('"num_hosts": 3', '"num_hosts": 1000000000', "num_hosts: 1000000000 is out of range"),
         ('"link_bps": 1000000000.0', '"link_bps": 1e30', "link_bps: 1e+30 is above the limit"),
+        # Weights of 1e308 overflowed in the policies' arithmetic and broke a run midway;
+        # the bounds are the event API's.
+        ('"weight": 1.0', '"weight": 1e308', "$.experiments[0].weight: 1e+308 is above the limit"),
+        ('"weight": 1.0', '"weight": 1000001', "weight: 1000001 is above the limit of 1e+06"),
+        ('"weight": 1.0', '"weight": 5e-324', "weight: 5e-324 is below the limit of 1e-06"),
     ],
 )
 def test_absurd_values_are_refused_with_their_limit(

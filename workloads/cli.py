@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,12 @@ def register(subparsers: Any) -> None:
     )
     trace.add_argument("workload", help="fb2010, or a file")
     trace.add_argument("--out", type=path_option, required=True, help="output trace file")
+    trace.add_argument(
+        "--lossy",
+        action="store_true",
+        help="write it even if the trace cannot carry what changes a run (link rate, "
+        "weights, compute times, stage and trial ids, uneven flows), with a warning",
+    )
     trace.set_defaults(func=_to_trace)
 
     offline = commands.add_parser(
@@ -106,7 +114,9 @@ def register(subparsers: Any) -> None:
         "mapper x reducer pairs, each reducer's MB split evenly over its mappers and "
         "rounded to whole MB (at least 1). `beamer simulate --workload FILE` reads it.",
     )
-    offline.add_argument("trace", help="fb2010, or a Coflow-Benchmark trace file")
+    offline.add_argument(
+        "trace", type=_trace_option, help="fb2010, or a Coflow-Benchmark trace file"
+    )
     offline.add_argument(
         "--max-flows", type=integer, default=None, help="keep coflows of at most this many pairs"
     )
@@ -115,6 +125,14 @@ def register(subparsers: Any) -> None:
     )
     offline.add_argument("--out", type=path_option, required=True, help="output trace file")
     offline.set_defaults(func=_offline)
+
+
+def _trace_option(text: str) -> str:
+    """``fb2010`` or a trace's path (argparse ``type``), kept as written so that
+    ``./fb2010`` stays a file; an empty one is refused as :func:`path_option` refuses
+    an empty path (it named ``.``, a directory)."""
+    path_option(text)
+    return text
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -224,12 +242,28 @@ def shape_from_args(args: argparse.Namespace) -> Shape:
         raise
 
 
+def json_number(value: object) -> object:
+    """``value`` as JSON can hold it: a NaN or an infinity (not JSON) becomes null, as
+    a metric without a value is null in ``simulate --json``."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _figure(value: float | None) -> str:
+    """A figure of ``show``'s table: three decimals, or three significant digits when
+    that would be more than a line of digits (arrivals 1e-300 s apart offer a load of
+    1e295)."""
+    if value is None or not math.isfinite(value):
+        return "n/a" if value is None else f"{value} (arrivals too close together to measure it)"
+    return f"{value:.3f}" if abs(value) < 1e6 else f"{value:.3e}"
+
+
 def _show(args: argparse.Namespace) -> int:
     summary = summarize(load_workload(args.workload, seed=args.seed))
     if args.json:
-        print(json.dumps(dataclasses.asdict(summary), sort_keys=True))
+        shown = {key: json_number(value) for key, value in dataclasses.asdict(summary).items()}
+        print(json.dumps(shown, sort_keys=True, allow_nan=False))
         return 0
-    load = "n/a" if summary.offered_load is None else f"{summary.offered_load:.3f}"
+    load = _figure(summary.offered_load)
     kinds = ", ".join(f"{kind} {count}" for kind, count in summary.kinds.items()) or "none"
     rows = [
         ("hosts", f"{summary.num_hosts} at {summary.link_bps / 1e9:g} Gbit/s"),
@@ -251,7 +285,16 @@ def _show(args: argparse.Namespace) -> int:
 
 def _to_trace(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
-    coflow_benchmark.write(workload, args.out)
+    text = coflow_benchmark.dumps(workload)
+    lost = coflow_benchmark.losses(workload, text)
+    if lost and not args.lossy:
+        raise UserError(
+            f"{args.out}: not written: a Coflow-Benchmark trace cannot carry the "
+            f"{'; the '.join(lost)}; --lossy writes it without them"
+        )
+    coflow_benchmark.write_text(args.out, text)
+    if lost:
+        print(f"beamer: warning: {args.out}: dropped the {'; the '.join(lost)}", file=sys.stderr)
     print(f"wrote {args.out}: {len(workload.experiments)} coflows")
     return 0
 

@@ -24,10 +24,11 @@ import math
 import os
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from control.addresses import written_plainly
+from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
 from control.files import atomic_write_text
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
@@ -98,11 +99,29 @@ def read(path: str | os.PathLike[str]) -> Workload:
     return parse(text, str(source))
 
 
+_CONTENT = re.compile(r"[^ \t\r\n][^\n]*")
+"""A line from its first field to its end: one match per non-blank line (other
+whitespace is refused before any line is read)."""
+
+
+def _content_lines(text: str) -> Iterator[tuple[int, int, int]]:
+    """(line number, start, end) of each non-blank line, blank ones skipped unread."""
+    number, counted = 1, 0
+    for match in _CONTENT.finditer(text):
+        start = text.rfind("\n", 0, match.start()) + 1
+        number += text.count("\n", counted, start)
+        counted = start
+        yield number, start, match.end()
+
+
 def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[str]]]]:
     """The port count and the numbered, split coflow lines; the header is checked.
 
     Lines end at ``\\n`` only (``\\r\\n`` too), so line numbers are those of
-    ``wc -l`` and of editors; other line breaks and spaces are refused.
+    ``wc -l`` and of editors; other line breaks and spaces are refused. A line is
+    split into fields only once its length is checked and only while the header's
+    count allows it: memory follows the coflows announced, not the file's lines
+    (ten million lines of ``0`` under a header of one coflow took 3 GB).
     """
     odd = _ODD_SPACE.search(text)
     if odd:
@@ -114,21 +133,20 @@ def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[
             f"character U+{ord(char):04X} ({name}) is not allowed: fields are separated by "
             "spaces or tabs, and lines end with a newline",
         )
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    lengths = list(map(len, lines))
-    if lengths and max(lengths) > MAX_LINE_CHARS:  # split into fields: gigabytes
-        longest = max(range(len(lengths)), key=lengths.__getitem__)
-        raise TraceError(
-            source,
-            longest + 1,
-            f"a line of {lengths[longest]:,} characters, above {MAX_LINE_CHARS:,}",
-        )
-    numbered = [(number, line.split()) for number, line in enumerate(lines, 1) if line.strip()]
-    if not numbered:
+
+    def fields(number: int, start: int, end: int) -> list[str]:
+        if end - start > MAX_LINE_CHARS:  # split into fields: gigabytes
+            raise TraceError(
+                source, number, f"a line of {end - start:,} characters, above {MAX_LINE_CHARS:,}"
+            )
+        return text[start:end].split()
+
+    lines = _content_lines(text)
+    first = next(lines, None)
+    if first is None:
         raise TraceError(source, 1, "empty trace (expected '<ports> <coflows>')")
-    header_line, header = numbered[0]
+    header_line = first[0]
+    header = fields(*first)
     try:
         if len(header) != 2:
             raise _LineError(f"header has {len(header)} fields, expected '<ports> <coflows>'")
@@ -139,11 +157,18 @@ def _header_and_body(text: str, source: str) -> tuple[int, list[tuple[int, list[
             raise _LineError(too_many)
     except _LineError as error:
         raise TraceError(source, header_line, str(error)) from None
-    body = numbered[1:]
+    body: list[tuple[int, list[str]]] = []
+    for number, start, end in lines:
+        if len(body) == num_coflows:  # one line too many: the rest are counted, not split
+            found = num_coflows + 1 + sum(1 for _ in _CONTENT.finditer(text, end))
+            raise TraceError(
+                source, number, f"header announces {num_coflows} coflows, file has {found}"
+            )
+        body.append((number, fields(number, start, end)))
     if len(body) != num_coflows:
-        line = body[num_coflows][0] if len(body) > num_coflows else len(lines)
+        last_line = text.count("\n") + (not text.endswith("\n"))
         raise TraceError(
-            source, line, f"header announces {num_coflows} coflows, file has {len(body)}"
+            source, last_line, f"header announces {num_coflows} coflows, file has {len(body)}"
         )
     return num_ports, body
 
@@ -179,13 +204,19 @@ def parse(text: str, source: str = "<string>") -> Workload:
     return Workload(num_ports, LINK_BPS, tuple(experiments), meta)
 
 
-def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
+def _whole(token: str, what: str) -> int:
+    """``token`` as an integer written in ASCII digits (a minus sign allowed, so that
+    the range check names a negative value): ``int`` also reads '١', '1_0' and '+1'."""
     try:
-        if not written_plainly(token):
+        if not is_decimal(token.removeprefix("-")):
             raise ValueError(token)
-        value = int(token)
+        return int(token)
     except ValueError:
         raise _LineError(f"{what} {token!r} is not an integer") from None
+
+
+def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
+    value = _whole(token, what)
     if value < low or (high is not None and value > high):
         bound = f"{low}..{high}" if high is not None else f">= {low}"
         raise _LineError(f"{what} {value} is out of range (must be {bound})")
@@ -209,10 +240,7 @@ def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
 
 
 def _port(token: str, num_ports: int, role: str) -> int:
-    try:
-        port = int(token)
-    except ValueError:
-        raise _LineError(f"{role} port {token!r} is not an integer") from None
+    port = _whole(token, f"{role} port")
     if not 0 <= port < num_ports:
         raise _LineError(f"unknown {role} port {port} (trace has ports 0..{num_ports - 1})")
     return port
@@ -242,9 +270,7 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
     num_mappers = _int(fields[2], "number of mappers", low=1, high=MAX_PORTS)
     reducer_index = 3 + num_mappers
     if len(fields) <= reducer_index:
-        raise _LineError(
-            f"{num_mappers} mappers announced but only {len(fields) - 3} fields follow"
-        )
+        raise _LineError(_missing_mappers(num_mappers, fields[3:]))
     mappers = tuple(_port(token, num_ports, "mapper") for token in fields[3:reducer_index])
     num_reducers = _int(fields[reducer_index], "number of reducers", low=1, high=MAX_PORTS)
     reducer_tokens = fields[reducer_index + 1 :]
@@ -262,6 +288,17 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
             (reducer, _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB, unit=" MB"))
         )
     return TraceCoflow(coflow_id, arrival_ms, mappers, tuple(reducers))
+
+
+def _missing_mappers(num_mappers: int, following: list[str]) -> str:
+    """Why the fields after ``<#mappers>`` cannot hold the mappers announced and the
+    reducers. Mapper ports are the fields before ``<#reducers>``, which comes just
+    before the first ``port:MB``; with no ``port:MB``, every field may be a port."""
+    colon = next((i for i, token in enumerate(following) if ":" in token), None)
+    ports = len(following) if colon is None else max(colon - 1, 0)
+    if ports >= num_mappers:
+        return f"{num_mappers} mappers given, then no '<#reducers> <port:MB> ...'"
+    return f"{num_mappers} mappers announced but only {ports} given"
 
 
 def _coflow(fields: list[str], num_ports: int) -> tuple[Experiment, int]:
@@ -365,17 +402,7 @@ def dumps(workload: Workload) -> str:
     """
     lines = [f"{workload.num_hosts} {len(workload.experiments)}"]
     for experiment in workload.experiments:
-        if len(experiment.stages) != 1 or len(experiment.stages[0].trials) != 1:
-            raise UserError(
-                f"experiment {experiment.experiment_id} has several stages or trials; "
-                "the Coflow-Benchmark format holds single coflows only"
-            )
-        trial = experiment.stages[0].trials[0]
-        if trial.iterations != 1:
-            raise UserError(
-                f"experiment {experiment.experiment_id} runs {trial.iterations} iterations; "
-                "the Coflow-Benchmark format holds single coflows only"
-            )
+        trial = _single_coflow(experiment)
         mappers = _mapper_order(trial.sync_flows)
         received: dict[int, float] = {}
         senders: dict[int, int] = {}
@@ -403,6 +430,87 @@ def dumps(workload: Workload) -> str:
             f"{len(received)} {reducers}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _single_coflow(experiment: Experiment) -> TrialStage:
+    """The experiment's one trial of one iteration: a trace line holds one coflow, and
+    which of several it should keep no writer can tell (:class:`UserError`)."""
+    if len(experiment.stages) != 1 or len(experiment.stages[0].trials) != 1:
+        raise UserError(
+            f"experiment {experiment.experiment_id} has several stages or trials; "
+            "the Coflow-Benchmark format holds single coflows only"
+        )
+    trial = experiment.stages[0].trials[0]
+    if trial.iterations != 1:
+        raise UserError(
+            f"experiment {experiment.experiment_id} runs {trial.iterations} iterations; "
+            "the Coflow-Benchmark format holds single coflows only"
+        )
+    return trial
+
+
+def losses(workload: Workload, text: str | None = None) -> list[str]:
+    """What a trace of ``workload`` would not carry, each in words, though a run depends
+    on it: the format holds ports, arrivals and each coflow's mappers and reducers' MB,
+    and the reader sets the rest (1 Gbit/s links, weight 1, no compute time, stage and
+    trial 0, flows an even shuffle from every mapper). Several stages, trials or
+    iterations are refused (:class:`UserError`), as :func:`dumps` refuses them.
+    ``text`` is the workload's trace when the caller has it already."""
+    lost: list[str] = []
+    if workload.link_bps != LINK_BPS:
+        lost.append(f"link rate {workload.link_bps:g} bit/s (a trace's links are 1 Gbit/s)")
+    weights: list[str] = []
+    computes: list[str] = []
+    ids: list[str] = []
+    for experiment in workload.experiments:
+        trial = _single_coflow(experiment)
+        name = f"experiment {experiment.experiment_id}"
+        if experiment.weight != 1.0:
+            weights.append(f"{name}: {experiment.weight:g}")
+        if trial.compute_s != 0.0:
+            computes.append(f"{name}: {trial.compute_s:g} s")
+        stage_id = experiment.stages[0].stage_id
+        if stage_id != 0 or trial.trial_id != 0:
+            ids.append(f"{name}: stage {stage_id}, trial {trial.trial_id}")
+    try:
+        reread = parse(dumps(workload) if text is None else text)
+    except TraceError:  # a trace the reader refuses: the writer refuses it, naming its line
+        reread = workload
+    shapes = [
+        f"experiment {experiment.experiment_id}"
+        for experiment, again in zip(workload.experiments, reread.experiments, strict=True)
+        if not _same_flows(
+            experiment.stages[0].trials[0].sync_flows, again.stages[0].trials[0].sync_flows
+        )
+    ]
+    for what, items, why in (
+        ("weight", weights, "a trace's coflows weigh 1"),
+        ("compute time", computes, "a trace's coflows compute for 0 s"),
+        ("stage and trial ids", ids, "the reader numbers them 0"),
+        ("flows", shapes, "not an even shuffle from all the coflow's mappers"),
+    ):
+        if items:
+            more = ", ..." if len(items) > 1 else ""
+            lost.append(f"{what} of {_count(items)} ({items[0]}{more}; {why})")
+    return lost
+
+
+def _count(items: list[str]) -> str:
+    return "1 experiment" if len(items) == 1 else f"{len(items):,} experiments"
+
+
+def _same_flows(flows: tuple[Flow, ...], again: tuple[Flow, ...]) -> bool:
+    """Whether a trace gives back ``flows``: the same pairs, each within the two bytes
+    that restoring a reducer's local share may round away."""
+    if flows == again:
+        return True
+    first = sorted(flows, key=lambda flow: (flow.src_host, flow.dst_host))
+    second = sorted(again, key=lambda flow: (flow.src_host, flow.dst_host))
+    return len(first) == len(second) and all(
+        (a.src_host, a.dst_host) == (b.src_host, b.dst_host)
+        and abs(a.size_bytes - b.size_bytes) <= 2
+        for a, b in zip(first, second, strict=True)
+    )
 
 
 def _mapper_order(flows: tuple[Flow, ...]) -> list[int]:

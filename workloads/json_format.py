@@ -33,7 +33,9 @@ from workloads.limits import (
     MAX_ITERATIONS,
     MAX_LINK_BPS,
     MAX_TIME_S,
+    MAX_WEIGHT,
     MIN_LINK_BPS,
+    MIN_WEIGHT,
     coflows_above_limit,
 )
 
@@ -402,7 +404,11 @@ def _experiment(value: Any, path: JsonPath, net: _Network) -> Experiment:
     experiment_id = _integer(fields["experiment_id"], (*path, "experiment_id"), 0, MAX_ID)
     arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False, high=MAX_TIME_S)
     kind = _string(fields.get("kind", "sha"), (*path, "kind"))
-    weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True)
+    weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True, high=MAX_WEIGHT)
+    if weight < MIN_WEIGHT:
+        raise _Invalid(
+            (*path, "weight"), f"{fields['weight']} is below the limit of {MIN_WEIGHT:g}"
+        )
 
     def stage(value: Any, stage_path: JsonPath) -> Stage:
         return _stage(value, stage_path, net)

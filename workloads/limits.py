@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from control import files
 from control.errors import UserError
+from control.model import WEIGHT_RANGE
 
 MAX_HOSTS = 10_000
 """Hosts (trace ports): the simulator keeps coflows × ports matrices."""
@@ -61,6 +62,9 @@ links the project emulates (tens of Mbit/s), and far from the rates that break a
 run (at 5e-324 bit/s the simulator's shares round to zero; at 1e-300 bit/s a
 stage takes 1e300 s). With the per-flow rule of :data:`MAX_TIME_S`, a slow link
 limits how large its flows may be; it does not refuse the link."""
+MIN_WEIGHT, MAX_WEIGHT = WEIGHT_RANGE
+"""An experiment's weight, 10^-6 … 10^6 as the controller's event API takes it (see
+:data:`control.model.WEIGHT_RANGE`)."""
 MAX_JOBS = 10_000
 """Tuning jobs of a generated HP-tuning workload."""
 MAX_FILE_BYTES = files.MAX_FILE_BYTES

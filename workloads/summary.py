@@ -83,6 +83,12 @@ def rescale_to_load(workload: Workload, load: float) -> Workload:
     current = offered_load(workload)
     if current is None:
         raise UserError("cannot set the load of a workload with fewer than two arrival times")
+    if not any(experiment.total_bytes for experiment in workload.experiments):
+        # Its load is 0 whatever the arrivals: stretching them by 0 stacked them all at 0.
+        raise UserError(
+            "cannot set the load of a workload that moves no bytes across the network "
+            "(it has no flows, or every flow stays on its own host)"
+        )
     factor = current / load
     start_s = min(experiment.arrival_s for experiment in workload.experiments)
     arrivals = [start_s + (e.arrival_s - start_s) * factor for e in workload.experiments]

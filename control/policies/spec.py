@@ -12,6 +12,7 @@ line naming it, before any run starts.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,15 @@ def policy_from_spec(spec: str) -> BasePolicy:
     """A registered policy, or ``name:key=value;...`` for a variant of a tunable one."""
     if ":" not in spec:
         return get_policy(spec)
+    factory, kwargs = _variant(spec)
+    try:
+        return factory(**kwargs)
+    except (TypeError, ValueError, UserError) as error:
+        raise UserError(f"policy {spec!r}: {error}") from None
+
+
+def _variant(spec: str) -> tuple[type[BeamerPolicy] | type[LookaheadPolicy], dict[str, Any]]:
+    """The class and the parsed knobs of ``name:key=value;...``, each value checked."""
     base, _, args = spec.partition(":")
     factory = TUNABLE.get(base)
     if factory is None:
@@ -54,17 +64,31 @@ def policy_from_spec(spec: str) -> BasePolicy:
             kwargs[name] = knob.parse(value)
         except ValueError:
             raise UserError(f"policy {spec!r}: {name}={value} is not {knob.describe()}") from None
-    try:
-        return factory(**kwargs)
-    except (TypeError, ValueError, UserError) as error:
-        raise UserError(f"policy {spec!r}: {error}") from None
+    return factory, kwargs
+
+
+def _identity(spec: str) -> tuple[object, ...]:
+    """What a spec runs, whatever its spelling: a registered name, or a tunable policy
+    and the knobs it sets away from the constructor's defaults, in the declaration's
+    order (``beamer:coflow_tail=00;max_groups=01`` is ``beamer:max_groups=1;coflow_tail=0``)."""
+    if ":" not in spec:
+        return (spec,)
+    factory, kwargs = _variant(spec)
+    parameters = inspect.signature(factory).parameters
+    changed = tuple(
+        (name, kwargs[name])
+        for name in factory.knobs
+        if name in kwargs and (name not in parameters or kwargs[name] != parameters[name].default)
+    )
+    return (spec.partition(":")[0], *changed)
 
 
 def parse_policy_list(
     text: str, option: str = "--policies", check: Callable[[str], object] = policy_from_spec
 ) -> tuple[str, ...]:
     """Comma-separated policies, each known to ``check`` and each given once: a policy
-    given twice would run twice and count twice in every comparison."""
+    given twice, in the same or another spelling, would run twice and count twice in
+    every comparison."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise UserError(f"{option}: no policy given")
@@ -74,4 +98,10 @@ def parse_policy_list(
             check(name)
         except UserError as error:
             raise UserError(f"{option}: {error}") from None
+    seen: dict[tuple[object, ...], str] = {}
+    for name in names:
+        identity = _identity(name)
+        if identity in seen:
+            raise UserError(f"{option}: {seen[identity]!r} and {name!r} are the same policy")
+        seen[identity] = name
     return tuple(names)
