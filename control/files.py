@@ -334,20 +334,40 @@ def outputs_ready(directory: Path, names: Iterable[str], option: str = "--out") 
 
 def output_file(target: Path) -> Path:
     """The file to write for ``target``: what a symbolic link points to (the link stays),
-    which must be a regular file or nothing yet. Renaming over a device, a FIFO or a
-    socket would replace it with a file: as root, ``--out /dev/null`` would take the
-    machine's ``/dev/null`` away."""
+    which must be a regular file or nothing yet, in a directory that takes a new file
+    (the file is written beside it and renamed over it). Renaming over a device, a FIFO
+    or a socket would replace it with a file: as root, ``--out /dev/null`` would take the
+    machine's ``/dev/null`` away. A link into a directory that does not exist would only be
+    found when the file is written, after the work whose result it holds."""
     resolved = Path(os.path.realpath(target)) if os.path.islink(target) else target
     try:
         info = os.stat(resolved)
     except FileNotFoundError:
-        return resolved
+        info = None
     except OSError as error:
         raise UserError(f"{target}: cannot write: {error.strerror or error}") from None
-    if not stat.S_ISREG(info.st_mode):
+    if info is not None and not stat.S_ISREG(info.st_mode):
         kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), None)
         raise UserError(f"{target}: cannot write: is {kind or 'not a regular file'}")
+    if resolved is not target:
+        _check_link_directory(target, resolved.parent)
     return resolved
+
+
+def _check_link_directory(link: Path, directory: Path) -> None:
+    """Refuse ``link`` unless ``directory``, where its file is, takes a new file."""
+    if not os.path.isdir(directory):
+        problem = "is not a directory" if os.path.lexists(directory) else "does not exist"
+        raise UserError(f"{link}: cannot write: it links into {directory}, which {problem}")
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        raise UserError(
+            f"{link}: cannot write: it links into {directory}, where no file can be made "
+            f"({error.strerror or error})"
+        ) from None
 
 
 def _staged(target: Path, write: Callable[[Path], object]) -> Path:

@@ -12,8 +12,9 @@ Executors:
 * ``ray``: one Ray task per run. Without an address a private Ray instance is
   started with ``jobs`` CPUs, reachable on the loopback interface only, and
   shut down at the end (also on Ctrl-C and failure); with ``ray_address``
-  (``HOST:PORT`` of a running cluster's head, or ``auto``) the runs go to that
-  cluster, whose nodes need the project installed.
+  (``HOST:PORT`` of a running cluster's head, ``ray://HOST:PORT`` of its Ray
+  Client server, or ``auto``) the runs go to that cluster, whose nodes need the
+  project installed.
 
 Ray is an optional dependency (``pip install .[ray]``) imported only here, and
 only when the ``ray`` executor runs.
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import ipaddress
+import logging
 import multiprocessing
 import os
 import shutil
@@ -79,6 +82,19 @@ class Executor:
             raise UserError(f"--jobs: {self.jobs} is out of range 1..{MAX_JOBS}")
         if self.ray_address is not None and self.kind != "ray":
             raise UserError("--ray-address applies to --executor ray only")
+        if self.ray_address is not None:
+            _ray_head(self.ray_address)  # the form, refused before anything else happens
+
+    def check_ready(self) -> None:
+        """Refuse, in one line, what would stop the runs from starting: Ray not installed,
+        no Ray head at ``ray_address``. Called before a command writes or deletes anything,
+        so that a refused command changes nothing (Ray itself is not imported here)."""
+        if self.kind != "ray":
+            return
+        if importlib.util.find_spec("ray") is None:
+            raise UserError(_NO_RAY)
+        if self.ray_address is not None:
+            _check_reachable(self.ray_address)
 
 
 class RunsFailed(UserError):
@@ -213,7 +229,6 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
     # then get almost no CPU. The runs are this command's work: normal priority.
     os.environ.setdefault(_RAY_NICENESS_ENV, "0")
     ray = _loopback_only()
-    import logging
 
     global _LOCAL_TEMP_DIR
     for attempt in range(1, attempts + 1):
@@ -388,27 +403,47 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
+_NO_RAY = "--executor ray needs Ray: install the project's ray extra (pip install '.[ray]')"
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (Ray's run over several lines), or its type."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UserError(
-            "--executor ray needs Ray: install the project's ray extra (pip install '.[ray]')"
-        ) from None
+        raise UserError(_NO_RAY) from None
     return ray
 
 
 RAY_PROBE_TIMEOUT_S = 5.0
+RAY_CLIENT_SCHEME = "ray://"
+"""``ray://HOST:PORT`` names a Ray Client server (Ray's other way into a cluster); every
+other scheme Ray would take apart itself, with errors of several lines."""
+
+
+def _ray_head(address: str) -> tuple[str, int] | None:
+    """(host, port) that ``--ray-address`` names (``HOST:PORT`` or ``ray://HOST:PORT``),
+    None for ``auto`` (Ray finds the cluster of this node); any other form is refused."""
+    if address == "auto":
+        return None
+    hostport = split_hostport(address.removeprefix(RAY_CLIENT_SCHEME))
+    if hostport is None or "/" in hostport[0]:  # another scheme (http://...)
+        shown = repr(address if len(address) <= 80 else address[:77] + "...")
+        raise UserError(f"--ray-address: {shown} is not HOST:PORT (or ray://HOST:PORT, or auto)")
+    return hostport
 
 
 def _check_reachable(address: str) -> None:
-    """Fail fast with one line when nothing listens at HOST:PORT (Ray itself retries for
-    minutes); ``auto`` and other address forms are left to Ray."""
-    if address == "auto" or "://" in address:
-        return
-    hostport = split_hostport(address)
+    """Fail fast with one line when no Ray head (or Ray Client server) answers at the
+    address (Ray itself retries for minutes); ``auto`` is left to Ray."""
+    hostport = _ray_head(address)
     if hostport is None:
-        raise UserError(f"--ray-address: {address!r} is not HOST:PORT (or auto)")
+        return
     try:
         with socket.create_connection(hostport, timeout=5):
             pass
@@ -419,7 +454,7 @@ def _check_reachable(address: str) -> None:
     # keep Ray retrying for minutes.
     import grpc
 
-    channel = grpc.insecure_channel(address)
+    channel = grpc.insecure_channel(address.removeprefix(RAY_CLIENT_SCHEME))
     try:
         grpc.channel_ready_future(channel).result(timeout=RAY_PROBE_TIMEOUT_S)
     except grpc.FutureTimeoutError:
@@ -448,10 +483,14 @@ def _ray_outcomes(
             start_local_ray(executor.jobs)
         else:
             try:
-                ray.init(address=executor.ray_address, log_to_driver=False)
+                ray.init(
+                    address=executor.ray_address,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,  # no notes of how it connected
+                )
             except (ConnectionError, ValueError, RuntimeError) as error:
                 raise UserError(
-                    f"--ray-address {executor.ray_address}: cannot connect: {error}"
+                    f"--ray-address {executor.ray_address}: cannot connect: {_first_line(error)}"
                 ) from None
     pending: list[Any] = []
     try:

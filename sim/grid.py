@@ -1,7 +1,7 @@
 """Sweep grid files: which settings, seeds and policies ``beamer sweep`` runs.
 
-A grid is YAML (a JSON file is read the same way: JSON is YAML). See
-``docs/sweep.md`` for the format; in short::
+A grid is YAML or JSON (a document that starts with ``{`` and is valid JSON is read
+as JSON). See ``docs/sweep.md`` for the format; in short::
 
     policies: [beamer, sincronia, fair]   # the first is the reference of the ratios
     seeds: [1, 2, 3]
@@ -26,7 +26,9 @@ print (``sys.get_int_max_str_digits``) and figure names of at most
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -36,15 +38,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import yaml
 
 from control.errors import UserError
-from control.files import read_text
+from control.files import parse_json, read_text
 from control.policies import POLICIES
 from control.quantize import STRATEGIES, Strategy
 from workloads.hp_tuning import HpTuningConfig
+from workloads.limits import SettingError
 from workloads.shapes import MIXES, Mix, Shape, parse_models, parse_sync
 
 PARAMETERS: tuple[str, ...] = (
@@ -223,10 +226,26 @@ def _one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _Loader(yaml.SafeLoader):
     """Builds :class:`_Map` and :class:`_List` with lines, at most :data:`MAX_DEPTH` deep."""
 
     _depth = 0
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.merged_pairs: dict[yaml.MappingNode, int] = {}
+        """Per mapping, how many of its pairs (the first ones) a merge (``<<``) gave it."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """PyYAML's merge, which puts the merged pairs before the mapping's own; counted
+        the first time (a mapping merged into another is flattened again, with no ``<<``
+        left to count)."""
+        own = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE_TAG)
+        super().flatten_mapping(node)
+        self.merged_pairs.setdefault(node, len(node.value) - own)
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
@@ -253,17 +272,23 @@ def _child(loader: _Loader, node: yaml.Node, name: str) -> Any:
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
+    """A mapping with its lines. A key the mapping names itself overrides one merged in
+    (``<<: *anchor``, YAML's way to reuse a mapping), but may not appear twice."""
     loader.flatten_mapping(node)
+    merged = loader.merged_pairs.get(node, 0)
     out = _Map()
     out.line = node.start_mark.line + 1
     out.lines = {}
-    for key_node, value_node in node.value:
+    own: set[str] = set()
+    for position, (key_node, value_node) in enumerate(node.value):
         key = _child(loader, key_node, "")
         line = key_node.start_mark.line + 1
         if not isinstance(key, str):
             raise _FieldError(line, "", f"key {_brief.repr(key)} is not a name")
-        if key in out:
-            raise _FieldError(line, key, "appears twice")
+        if position >= merged:
+            if key in own:
+                raise _FieldError(line, key, "appears twice")
+            own.add(key)
         out[key] = _child(loader, value_node, key)
         out.lines[key] = line
     return out
@@ -297,6 +322,13 @@ def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+# YAML 1.1, which PyYAML reads, takes 5e-1, 0.5e0 and 1e-05 (JSON numbers, YAML 1.2
+# floats) for strings: a float needs a dot there, and a sign in its exponent.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 class _Brief(reprlib.Repr):
@@ -334,8 +366,37 @@ def _line(container: object, key: str | int) -> int:
 def load_grid(path: Path) -> Grid:
     """Read and check a grid file; any problem is one :class:`UserError` line."""
     text = read_text(path, what="grid file", missing="no such grid file", max_bytes=MAX_GRID_BYTES)
+    document = _document(path, text)
     try:
-        document = yaml.load(text, Loader=_Loader)
+        return _grid(path, document)
+    except _FieldError as error:
+        raise error.user_error(path) from None
+
+
+def _document(path: Path, text: str) -> object:
+    """The grid file's document. JSON (a document that starts with ``{`` and is valid
+    JSON) is read as JSON: YAML 1.1, which PyYAML reads, refuses some of it (tabs
+    between tokens); anything else is read as YAML."""
+    if not text.lstrip().startswith("{"):
+        return _yaml_document(path, text)
+    try:
+        parse_json(text, str(path))  # duplicate keys, NaN, syntax: one line with its place
+    except UserError as json_error:
+        try:
+            return _yaml_document(path, text)  # YAML's flow style starts with "{" too
+        except UserError:
+            if path.suffix.lower() == ".json":
+                raise json_error from None
+            raise
+    try:
+        return _JsonDocument(text).value(0, 1)[0]
+    except _FieldError as error:
+        raise error.user_error(path) from None
+
+
+def _yaml_document(path: Path, text: str) -> object:
+    try:
+        return yaml.load(text, Loader=_Loader)
     except _FieldError as error:
         raise error.user_error(path) from None
     except yaml.MarkedYAMLError as error:
@@ -348,10 +409,71 @@ def load_grid(path: Path) -> Grid:
         raise UserError(f"{path}: not valid YAML or JSON: {error}") from None
     except RecursionError:  # not reached within MAX_DEPTH; kept as a last guard
         raise UserError(f"{path}: not valid YAML or JSON: nested too deeply") from None
-    try:
-        return _grid(path, document)
-    except _FieldError as error:
-        raise error.user_error(path) from None
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON_SCALARS = json.JSONDecoder()
+
+
+class _JsonDocument:
+    """A JSON document that :func:`parse_json` has accepted, read again into :class:`_Map`
+    and :class:`_List` with the lines of their keys and items, as from YAML."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.newlines = [match.start() for match in re.finditer("\n", text)]
+
+    def line(self, index: int) -> int:
+        return bisect.bisect_left(self.newlines, index) + 1
+
+    def space(self, index: int) -> int:
+        match = _JSON_SPACE.match(self.text, index)
+        return match.end() if match else index
+
+    def value(self, index: int, depth: int) -> tuple[Any, int]:
+        """The value at ``index`` (spaces before it skipped) and the index after it."""
+        index = self.space(index)
+        char = self.text[index]
+        if char not in "{[":
+            return _JSON_SCALARS.raw_decode(self.text, index)
+        if depth > MAX_DEPTH:
+            message = f"nested deeper than {MAX_DEPTH} levels of lists and mappings"
+            raise _FieldError(self.line(index), "", message)
+        return self.mapping(index, depth) if char == "{" else self.sequence(index, depth)
+
+    def mapping(self, index: int, depth: int) -> tuple[_Map, int]:
+        out = _Map()
+        out.line = self.line(index)
+        out.lines = {}
+        index = self.space(index + 1)
+        while self.text[index] != "}":
+            key, after = json.decoder.scanstring(self.text, index + 1)  # type: ignore[attr-defined]
+            out.lines[key] = self.line(index)
+            try:
+                out[key], index = self.value(self.space(after) + 1, depth + 1)  # past ":"
+            except _FieldError as error:
+                raise error.within(key) from None
+            index = self.space(index)
+            if self.text[index] == ",":
+                index = self.space(index + 1)
+        return out, index + 1
+
+    def sequence(self, index: int, depth: int) -> tuple[_List, int]:
+        out = _List()
+        out.line = self.line(index)
+        out.lines = []
+        index = self.space(index + 1)
+        while self.text[index] != "]":
+            out.lines.append(self.line(index))
+            try:
+                item, index = self.value(index, depth + 1)
+            except _FieldError as error:
+                raise error.within(f"[{len(out)}]") from None
+            out.append(item)
+            index = self.space(index)
+            if self.text[index] == ",":
+                index = self.space(index + 1)
+        return out, index + 1
 
 
 def _grid(path: Path, document: object) -> Grid:
@@ -435,7 +557,7 @@ def _figure(
     item: object,
     where: str,
     line: int,
-    base: dict[str, Any],
+    base: dict[str, _Value],
     settings_before: int,
     seeds: int,
     policies: int,
@@ -490,21 +612,23 @@ def _figure(
             f"{_count(policies, 'policy', 'policies')} = {runs:,} runs, over the limit of "
             f"{MAX_RUNS:,} runs per grid",
         )
-    axes: list[list[tuple[str, str, Any]]] = []
+    axes: list[list[tuple[str, str, _Value]]] = []
     for parameter, values in vary.items():
         field = f"{where}.vary.{parameter}"
-        axis: list[tuple[str, str, Any]] = []
+        axis: list[tuple[str, str, _Value]] = []
+        seen: set[Any] = set()  # parsed values are hashable: a set keeps this linear
         for index, value in enumerate(values):
-            parsed = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
-            if any(parsed == earlier for _, _, earlier in axis):
+            given = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
+            if given.parsed in seen:
                 # The same setting twice would be run twice and count twice in the table.
-                raise _FieldError(_line(values, index), f"{field}[{index}]", "repeats a value")
-            axis.append((parameter, _show(value), parsed))
+                raise _FieldError(given.line, given.field, "repeats a value")
+            seen.add(given.parsed)
+            axis.append((parameter, _show(value), given))
         axes.append(axis)
     settings: list[Setting] = []
     for combination in itertools.product(*axes):
         chosen = dict(fixed)
-        chosen.update({parameter: parsed for parameter, _, parsed in combination})
+        chosen.update({parameter: given for parameter, _, given in combination})
         point = _point(chosen, _line(item, "vary"), f"{where}.vary")
         label = ", ".join(
             shown if len(combination) == 1 else f"{parameter} {shown}"
@@ -525,8 +649,8 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def _parameters(document: _Map, where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _parameters(document: _Map, where: str) -> dict[str, _Value]:
+    out: dict[str, _Value] = {}
     for parameter, value in document.items():
         field = f"{where}.{parameter}"
         if parameter not in PARAMETERS:
@@ -539,10 +663,19 @@ def _parameters(document: _Map, where: str) -> dict[str, Any]:
     return out
 
 
-def _parameter(name: str, value: object, line: int, field: str) -> Any:
-    """One parameter's value, checked and normalised (``None`` = the default)."""
+class _Value(NamedTuple):
+    """A parameter's value, checked and normalised (``None`` = the default), and where the
+    grid gives it: errors found in a whole setting point there."""
+
+    parsed: Any
+    line: int
+    field: str
+
+
+def _parameter(name: str, value: object, line: int, field: str) -> _Value:
+    """One parameter's value, checked and normalised."""
     try:
-        return _parse_parameter(name, value)
+        return _Value(_parse_parameter(name, value), line, field)
     except UserError as error:
         message = str(error)
         prefix = f"{name}: "
@@ -606,36 +739,69 @@ def _text_or_texts(value: object) -> TypeGuard[str | list[str]]:
     )
 
 
-def _point(chosen: Mapping[str, Any], line: int, field: str) -> Point:
-    workload = chosen.get("workload", "hp-tuning")
+def _point(chosen: Mapping[str, _Value], line: int, field: str) -> Point:
+    """The setting of the ``chosen`` parameters; a combination the generator refuses is
+    reported at the parameter that holds the offending value (``line`` and ``field``, the
+    figure's ``vary``, when the grid does not set it)."""
+    values = {name: given.parsed for name, given in chosen.items()}
+    workload = values.get("workload", "hp-tuning")
     if workload != "hp-tuning":
-        shaped = sorted(set(chosen) & set(SHAPE_PARAMETERS))
+        shaped = sorted(set(values) & set(SHAPE_PARAMETERS))
         if shaped:
             raise _FieldError(
                 line, field, f"{shaped[0]} applies to the hp-tuning workload only, not {workload!r}"
             )
-    load = chosen.get("load")
+    load = values.get("load")
     if load is None and workload == "hp-tuning":
         load = HpTuningConfig().load
     point = Point(
         workload=workload,
         load=load,
-        queues=chosen.get("queues"),
-        quantize=chosen.get("quantize", "rank"),
-        mix=chosen.get("mix", "mixed"),
-        models=chosen.get("models"),
-        eta=chosen.get("eta"),
-        max_trials=chosen.get("max_trials"),
-        sync=chosen.get("sync"),
-        jobs=chosen.get("jobs"),
-        hosts=chosen.get("hosts"),
+        queues=values.get("queues"),
+        quantize=values.get("quantize", "rank"),
+        mix=values.get("mix", "mixed"),
+        models=values.get("models"),
+        eta=values.get("eta"),
+        max_trials=values.get("max_trials"),
+        sync=values.get("sync"),
+        jobs=values.get("jobs"),
+        hosts=values.get("hosts"),
     )
     if workload == "hp-tuning":
         try:
-            point.hp_config()  # the generator checks combinations (workers vs hosts, ...)
+            _check_shape(dataclasses.replace(point, load=None, queues=None, quantize="rank"))
         except UserError as error:
-            raise _FieldError(line, field, str(error)) from None
+            raise _blame(error, chosen, line, field) from None
     return point
+
+
+@functools.lru_cache(maxsize=256)
+def _check_shape(shape: Point) -> None:
+    """The generator checks combinations (workers against hosts, sizes against limits),
+    once per workload shape: a figure of thousands of loads has one shape."""
+    shape.hp_config()
+
+
+_PARAMETERS_OF_SETTING: dict[str, tuple[str, ...]] = {
+    "num_hosts": ("hosts",),
+    "num_jobs": ("jobs",),
+    "jobs": ("max_trials", "eta", "mix"),
+}
+"""The grid parameters that set a generator setting (:class:`SettingError`'s ``field``);
+the others are named alike."""
+
+
+def _blame(error: UserError, chosen: Mapping[str, _Value], line: int, field: str) -> _FieldError:
+    """``error`` at the first parameter behind it that the grid sets, without the
+    generator's name for it; at ``line`` and ``field``, whole, otherwise."""
+    setting, _, detail = str(error).partition(": ")
+    if isinstance(error, SettingError):
+        setting, detail = error.field, error.detail
+    for parameter in _PARAMETERS_OF_SETTING.get(setting, (setting,)):
+        if parameter in chosen and detail:
+            given = chosen[parameter]
+            return _FieldError(given.line, given.field, detail)
+    return _FieldError(line, field, str(error))
 
 
 def run_key(point: Point, seed: int, policy: str) -> str:

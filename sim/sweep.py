@@ -15,6 +15,7 @@ relative to the reference policy per setting, with the per-seed spread), and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -85,19 +86,40 @@ class SweepRun:
 def run(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     executor = Executor(args.executor, args.jobs, args.ray_address)
-    out = (
-        output_directory(args.out)
-        if args.out is not None
-        else Path("out") / "sweep" / args.grid.stem
-    )
+    out = output_directory(args.out) if args.out is not None else _default_out(args.grid)
     _check_workloads(grid)
+    executor.check_ready()
+    # Nothing is written or deleted before here: a refused command changes nothing.
+    created = not os.path.lexists(out)
+    try:
+        return _sweep(args, grid, executor, out)
+    except BaseException:
+        if created:  # a sweep that stopped before writing anything leaves no directory
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def _default_out(grid_path: Path) -> Path:
+    """``out/sweep/GRID``, after the grid file's name, which must name a directory there:
+    a file called ``...yaml`` would write into ``out`` itself."""
+    stem = grid_path.stem
+    if stem in ("", ".", ".."):
+        raise UserError(
+            f"{grid_path}: the file's name gives no directory under out/sweep ({stem!r}); "
+            "name one with --out"
+        )
+    return Path("out") / "sweep" / stem
+
+
+def _sweep(args: argparse.Namespace, grid: Grid, executor: Executor, out: Path) -> int:
     # Every file the sweep writes must be writable before a run starts: a failure after
     # the runs would cost them (runs.jsonl keeps what finished, the reports would not).
     outputs_ready(out, [RUNS_FILE, FAILURES_FILE, *report_names(grid)])
     runs_path = out / RUNS_FILE
-    if args.restart:
-        runs_path.unlink(missing_ok=True)
-    done = read_records(runs_path)
+    # --restart replaces runs.jsonl at the first new result, not before: a sweep that
+    # cannot start (Ray fails, Ctrl-C) keeps the old runs and the reports made from them.
+    done = {} if args.restart else read_records(runs_path)
     runs = [
         SweepRun(point, seed, policy)
         for point in grid.points()
@@ -110,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             f"sweep: resuming, {len(runs) - len(todo)} of {len(runs)} runs already in {runs_path}",
             file=sys.stderr,
         )
-    failures = _run_and_append(todo, executor, runs_path, done)
+    failures = _run_and_append(todo, executor, runs_path, done, replace=args.restart)
     _write_failures(out / FAILURES_FILE, failures)
     table = write_reports(out, grid, done)
     if args.json:
@@ -155,8 +177,15 @@ def _check_workloads(grid: Grid) -> None:
 
 
 def _run_and_append(
-    todo: list[SweepRun], executor: Executor, runs_path: Path, done: dict[str, RunRecord]
+    todo: list[SweepRun],
+    executor: Executor,
+    runs_path: Path,
+    done: dict[str, RunRecord],
+    *,
+    replace: bool = False,
 ) -> list[tuple[SweepRun, TaskFailure]]:
+    """Run ``todo``, appending each finished run to ``runs_path`` (with ``replace``, the
+    first one replaces what the file held; no run finished, the file is removed)."""
     failures: list[tuple[SweepRun, TaskFailure]] = []
     if not todo:
         return failures
@@ -169,7 +198,7 @@ def _run_and_append(
                 continue
             if handle is None:
                 try:
-                    handle = runs_path.open("a", encoding="utf-8")
+                    handle = runs_path.open("w" if replace else "a", encoding="utf-8")
                 except OSError as error:
                     raise UserError(
                         f"{runs_path}: cannot write: {error.strerror or error}"
@@ -189,6 +218,8 @@ def _run_and_append(
     finally:
         if handle is not None:
             handle.close()
+    if replace and handle is None:
+        runs_path.unlink(missing_ok=True)
     return failures
 
 

@@ -18,6 +18,19 @@ is drawn in memory (120 dpi, 4 bytes a pixel): 200 inches are 24,000 pixels, abo
 where a figure of 100,000 settings would ask for gigabytes (or more pixels than
 matplotlib draws) after every run had finished."""
 
+INCHES_PER_SETTING = 1.1
+"""Room for one setting's label under a plot (more with many policies, up to
+:data:`MAX_PLOT_INCHES` in all); when the settings outgrow the width, only every k-th
+setting is named, evenly, so that the labels stay apart."""
+
+MAX_PLOTTED_RATIO = 1e300
+"""Largest ratio drawn: matplotlib's scales overflow near the largest float, and a run
+log edited by hand may hold any finite SCT. A larger ratio is drawn at this value; the
+CSV file and the table give it exactly."""
+
+RowKey = tuple[str, str]
+"""A row of a figure: its setting's label and its policy."""
+
 
 class RunRecord(TypedDict):
     """One line of ``runs.jsonl``: a finished run and its ``beamer simulate`` metrics."""
@@ -122,9 +135,10 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
         files[out / f"{figure.name}.csv"] = csv_bytes(
             columns, [[_cell(row, column) for column in columns] for row in rows]
         )
-        files[out / f"{figure.name}.png"] = _plot(grid, figure, rows)
+        by_key = _by_key(rows)
+        files[out / f"{figure.name}.png"] = _plot(grid, figure, by_key)
         markdown.append("")
-        markdown.extend(_markdown(grid, figure, rows))
+        markdown.extend(_markdown(grid, figure, by_key))
     files[out / "table.md"] = ("\n".join(markdown) + "\n").encode("utf-8")
     atomic_write_all_bytes(files)  # the reports agree with each other: all or none
     return result
@@ -148,7 +162,13 @@ def _cell(row: dict[str, Any], column: str) -> object:
     return value
 
 
-def _markdown(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> list[str]:
+def _by_key(rows: list[dict[str, Any]]) -> dict[RowKey, dict[str, Any]]:
+    """The rows by setting and policy, made once per figure: a figure may have tens of
+    thousands of settings, and a search of the rows per setting took minutes."""
+    return {(row["setting"], row["policy"]): row for row in rows}
+
+
+def _markdown(grid: Grid, figure: Figure, rows: dict[RowKey, dict[str, Any]]) -> list[str]:
     reference = grid.reference
     others = [policy for policy in grid.policies if policy != reference]
     header = [f"figure `{figure.name}`", f"{reference} avg SCT s"]
@@ -158,25 +178,28 @@ def _markdown(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> list[st
         "|" + "|".join(["---", *["---:"] * (len(header) - 1)]) + "|",
     ]
     for setting in figure.settings:
-        mine = {row["policy"]: row for row in rows if row["setting"] == setting.label}
-        ref = mine[reference]
+        ref = rows[setting.label, reference]
         cells = [setting.label, _num(ref["avg_sct_s"], 2)]
         for policy in others:
-            row = mine[policy]
+            row = rows[setting.label, policy]
             if row["avg_sct_rel"] is None:
                 cells.append("n/a")
             else:
                 lower = row[f"seeds_{reference}_lower"]
-                cells.append(f"{row['avg_sct_rel']:.3f} ({lower}/{row['seeds']})")
+                cells.append(f"{_num(row['avg_sct_rel'], 3)} ({lower}/{row['seeds']})")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def _num(value: float | None, digits: int) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+    """``value`` with ``digits`` decimals; beyond a billion in exponent form (a number
+    of hundreds of digits would stretch the table)."""
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}" if abs(value) < 1e9 else f"{value:.{digits}e}"
 
 
-def _plot(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> bytes:
+def _plot(grid: Grid, figure: Figure, rows: dict[RowKey, dict[str, Any]]) -> bytes:
     """Average SCT relative to the reference per setting: mean, min-max bar and each seed
     (PNG bytes)."""
     import matplotlib
@@ -188,28 +211,34 @@ def _plot(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> bytes:
     others = [policy for policy in grid.policies if policy != reference] or [reference]
     labels = [setting.label for setting in figure.settings]
     width = 0.8 / len(others)
-    inches = min(MAX_PLOT_INCHES, max(6.4, 1.1 * len(labels) * max(1, len(others) / 2)))
+    inches = min(
+        MAX_PLOT_INCHES, max(6.4, INCHES_PER_SETTING * len(labels) * max(1, len(others) / 2))
+    )
     fig, axes = plt.subplots(figsize=(inches, 4.2))
     for offset, policy in enumerate(others):
         xs, means, low, high, seed_x, seed_y = [], [], [], [], [], []
         for position, label in enumerate(labels):
-            row = next(r for r in rows if r["setting"] == label and r["policy"] == policy)
+            row = rows[label, policy]
             if row["avg_sct_rel"] is None:
                 continue
             x = position - 0.4 + width * (offset + 0.5)
+            mean, lowest, highest = (
+                _drawable(row[name]) for name in ("avg_sct_rel", "rel_min", "rel_max")
+            )
             xs.append(x)
-            means.append(row["avg_sct_rel"])
-            low.append(row["avg_sct_rel"] - row["rel_min"])
-            high.append(row["rel_max"] - row["avg_sct_rel"])
+            means.append(mean)
+            low.append(mean - lowest)
+            high.append(highest - mean)
             for ratio in row["per_seed"].values():
                 seed_x.append(x)
-                seed_y.append(ratio)
+                seed_y.append(_drawable(ratio))
         points = axes.errorbar(
             xs, means, yerr=[low, high], fmt="o", capsize=3, label=policy, markersize=6
         )
         axes.scatter(seed_x, seed_y, s=10, alpha=0.5, color=points[0].get_color())
     axes.axhline(1.0, color="black", linewidth=0.8)
-    axes.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    named = _named_positions(len(labels), inches)
+    axes.set_xticks(named, [labels[i] for i in named], rotation=20 if len(named) > 4 else 0)
     axes.set_xlabel(", ".join(figure.varied))
     axes.set_ylabel(f"average SCT / {reference}'s")
     axes.set_title(
@@ -221,3 +250,15 @@ def _plot(grid: Grid, figure: Figure, rows: list[dict[str, Any]]) -> bytes:
     axes.legend(fontsize=8)
     fig.tight_layout()
     return png_bytes(fig)
+
+
+def _named_positions(settings: int, inches: float) -> range:
+    """The settings named under a plot ``inches`` wide: every one, or every k-th when
+    they outgrow :data:`INCHES_PER_SETTING` each."""
+    room = max(1, int(inches / INCHES_PER_SETTING))
+    return range(0, settings, max(1, math.ceil(settings / room)))
+
+
+def _drawable(ratio: float) -> float:
+    """``ratio`` as the plot draws it: at most :data:`MAX_PLOTTED_RATIO`."""
+    return min(ratio, MAX_PLOTTED_RATIO)
