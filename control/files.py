@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from control import json_positions
 from control.errors import UserError
 
 # Deepest nesting of arrays and objects a user's JSON may have. Our formats need fewer
@@ -39,6 +40,12 @@ MAX_JSON_VALUES = 1 << 26
 """Most values (counted by their separating commas) a user's JSON may hold: decoded, a
 value costs tens of bytes, so a gigabyte of ``[0,0,...]`` would take gigabytes more.
 The largest workload the limits allow holds about 35 million."""
+
+MAX_JSON_CONTAINERS = 1 << 24
+"""Most arrays and objects (counted by their opening brackets) a user's JSON may hold:
+decoded, each costs a hundred bytes or more, and they need no commas (``[[][][]...]``),
+so the bound on values does not bound them. The largest workload the limits allow holds
+about 10 million (a million trial stages of five flows, with their lists)."""
 
 
 MAX_FILE_BYTES = 1 << 30
@@ -135,7 +142,6 @@ _NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in b'"[]{}')
 _DEPTH_STEPS = np.zeros(256, dtype=np.int8)
 _DEPTH_STEPS[[ord("["), ord("{")]] = 1
 _DEPTH_STEPS[[ord("]"), ord("}")]] = -1
-_NON_NUMBER = re.compile(r"(?<![\w\"])(?:-?Infinity|NaN)(?![\w\"])")
 
 
 class _NotANumber(ValueError):
@@ -153,19 +159,36 @@ def parse_json(text: str, source: str = "<string>") -> Any:
     :data:`MAX_JSON_DEPTH`, ``NaN`` and ``Infinity`` (not JSON), and integers longer than
     Python converts (``sys.get_int_max_str_digits``).
     """
-    _check_depth(text, source)
-    if text.count(",") > MAX_JSON_VALUES:  # commas in strings count too: an upper bound
+    # Brackets and commas in strings count too: upper bounds, counted at C speed.
+    if text.count(",") > MAX_JSON_VALUES:
         raise UserError(
             f"{source}: more than {MAX_JSON_VALUES:,} values, above the limit for a JSON document"
         )
+    if text.count("[") + text.count("{") > MAX_JSON_CONTAINERS:
+        raise UserError(
+            f"{source}: more than {MAX_JSON_CONTAINERS:,} arrays and objects, above the limit "
+            "for a JSON document"
+        )
+    _check_depth(text, source)
+    closed = 0  # objects decoded so far: the decoder hands each over at its closing brace
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal closed
+        result = unique_keys(pairs)
+        closed += 1
+        return result
+
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs_hook)
     except DuplicateKey as error:
         key = json.dumps(error.key)
-        found = list(re.finditer(re.escape(key) + r"\s*:", text))
-        line = text.count("\n", 0, found[-1].start()) + 1 if found else 1
+        line = json_positions.line_of_duplicate_key(text, closed, error.key)
         raise UserError(
             f"{source}:{line}: invalid JSON: the key {key} appears twice in one object"
+        ) from None
+    except MemoryError:
+        raise UserError(
+            f"{source}: invalid JSON: too large to decode in the memory this machine has"
         ) from None
     except json.JSONDecodeError as error:
         raise UserError(
@@ -173,14 +196,13 @@ def parse_json(text: str, source: str = "<string>") -> Any:
         ) from None
     except _NotANumber as error:
         raise UserError(
-            f"{source}:{_line_of_match(text, _NON_NUMBER)}: invalid JSON: {error}"
+            f"{source}:{json_positions.line_of_constant(text)}: invalid JSON: {error}"
         ) from None
     except ValueError:  # only an integer over the digit limit gets here
         limit = sys.get_int_max_str_digits()
-        too_long = re.compile(rf"\d{{{limit + 1},}}")
+        line = json_positions.line_of_long_integer(text, limit)
         raise UserError(
-            f"{source}:{_line_of_match(text, too_long)}: invalid JSON: a number with more "
-            f"than {limit} digits"
+            f"{source}:{line}: invalid JSON: a number with more than {limit} digits"
         ) from None
     except RecursionError:  # not reached after _check_depth; kept as a last guard
         raise UserError(f"{source}: invalid JSON: nested too deeply") from None
@@ -207,9 +229,27 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _line_of_match(text: str, pattern: re.Pattern[str]) -> int:
-    match = pattern.search(text)
-    return text.count("\n", 0, match.start()) + 1 if match else 1
+_DEPTH_BLOCK = 1 << 22
+"""Quotes and brackets scanned at a time: the scan's temporaries stay a few tens of
+megabytes however many a document holds (a gigabyte of brackets took 8 GB at once)."""
+
+
+def _deepest(chars: np.ndarray) -> int:
+    """The deepest nesting of the brackets in ``chars`` (only quotes and brackets) that
+    are outside strings, block by block, carrying the depth and the quote parity."""
+    depth = deepest = 0
+    in_string = 0
+    for start in range(0, len(chars), _DEPTH_BLOCK):
+        block = chars[start : start + _DEPTH_BLOCK]
+        quotes = np.cumsum(block == ord('"'), dtype=np.uint8)  # parity survives wrapping
+        outside = ((quotes + in_string) & 1) == 0
+        in_string = int(quotes[-1] + in_string) & 1
+        steps = _DEPTH_STEPS[block][outside]
+        if len(steps):
+            levels = np.cumsum(steps, dtype=np.int64) + depth
+            deepest = max(deepest, int(levels.max()))
+            depth = int(levels[-1])
+    return deepest
 
 
 def _check_depth(text: str, source: str) -> None:
@@ -222,11 +262,8 @@ def _check_depth(text: str, source: str) -> None:
     # Only quotes and brackets matter then: keep those (bytes.translate, one C pass).
     unescaped = text.replace("\\\\", "").replace('\\"', "")
     structure = unescaped.encode("utf-8", "replace").translate(None, _NOT_STRUCTURE)
-    chars = np.frombuffer(structure, dtype=np.uint8)
-    in_string = np.cumsum(chars == ord('"'), dtype=np.uint8) & 1  # parity survives wrapping
-    steps = np.where(in_string == 0, _DEPTH_STEPS[chars], 0)
-    steps = steps[steps != 0]
-    if len(steps) == 0 or int(np.cumsum(steps, dtype=np.int64).max()) <= MAX_JSON_DEPTH:
+    del unescaped
+    if _deepest(np.frombuffer(structure, dtype=np.uint8)) <= MAX_JSON_DEPTH:
         return
     depth = 0
     for match in _STRING_OR_BRACKET.finditer(text):

@@ -201,3 +201,51 @@ def test_json_with_more_values_than_allowed_is_refused_before_decoding(
     assert len(parse_json("[" + ",".join(["0"] * 1001) + "]")) == 1001
     with pytest.raises(UserError, match=r"w\.json: more than 1,000 values, above the limit"):
         parse_json("[" + ",".join(["0"] * 1002) + "]", "w.json")
+
+
+def test_json_refusals_name_the_line_of_the_refused_token() -> None:
+    """The line was found by a search over the whole text: the same key or word in a
+    string before it, or the same key in a later object, named the wrong line."""
+    duplicate = (
+        '{"note": "weight",\n "a": {"weight": 1,\n       "weight": 2},\n "b": {"weight": 1}}'
+    )
+    with pytest.raises(UserError, match=r'^d\.json:3: invalid JSON: the key "weight" appears'):
+        parse_json(duplicate, "d.json")
+    nested = '[{"k": {"x": 1}, "x": 2},\n {"y": 1,\n  "k": {"x": 1, "x": 2}}]'
+    with pytest.raises(UserError, match=r'^d\.json:3: invalid JSON: the key "x"'):
+        parse_json(nested, "d.json")
+    constant = '{"note": "a NaN or Infinity is refused",\n "arrival_s": Infinity}'
+    with pytest.raises(UserError, match=r"^c\.json:2: invalid JSON: Infinity is not a number"):
+        parse_json(constant, "c.json")
+    digits = '{"note": "' + "7" * 5000 + '",\n "also": 1.' + "7" * 5000 + ',\n "id": '
+    with pytest.raises(UserError, match=r"^l\.json:3: invalid JSON: a number with more than"):
+        parse_json(digits + "7" * 5000 + "}", "l.json")
+
+
+def test_json_with_more_arrays_and_objects_than_allowed_is_refused_before_decoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``[[][][]...]`` has no commas: the bound on values did not bound its lists."""
+    import control.files
+
+    monkeypatch.setattr(control.files, "MAX_JSON_CONTAINERS", 1000)
+    assert len(parse_json("[" + ",".join(["[]"] * 999) + "]")) == 999
+    with pytest.raises(UserError, match=r"b\.json: more than 1,000 arrays and objects"):
+        parse_json("[" + "[]" * 1000 + "]", "b.json")
+    with pytest.raises(UserError, match=r"o\.json: more than 1,000 arrays and objects"):
+        parse_json("[" + ",".join(["{}"] * 1000) + "]", "o.json")
+
+
+def test_the_nesting_scan_carries_depth_and_strings_across_its_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scan goes block by block (bounded memory); a string or a level open at the
+    end of a block must carry into the next."""
+    import control.files
+
+    text = '["' + "[[[" + '", ' + "[" * MAX_JSON_DEPTH + '"]]]"' + "]" * MAX_JSON_DEPTH + "]"
+    for block in (1, 2, 3, 7, 1 << 22):
+        monkeypatch.setattr(control.files, "_DEPTH_BLOCK", block)
+        with pytest.raises(UserError, match="nested deeper"):
+            parse_json(text, "s.json")  # 101 levels: the outer list and the run of 100
+        assert parse_json(text[1:-1].replace('"[[[", ', "", 1), "s.json") is not None
