@@ -1,8 +1,12 @@
-"""Ending the processes a test starts, whatever state they are in."""
+"""Ending the processes a test starts, whatever state they are in, and a test's own
+process stuck where it must not block."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -14,3 +18,20 @@ def end_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout_s)
+
+
+@contextmanager
+def unblocked_within(seconds: int, what: str) -> Iterator[None]:
+    """Raise TimeoutError in the block if it runs longer than ``seconds`` (SIGALRM): a
+    refusal that regressed into opening a FIFO would otherwise hang the test run."""
+
+    def stuck(signum: int, frame: object) -> None:
+        raise TimeoutError(f"blocked: {what}")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

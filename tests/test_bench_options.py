@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
+from processes import unblocked_within
 
 from bench.common import run_command
 
@@ -146,16 +146,8 @@ def test_a_fifo_or_a_device_is_refused_without_being_read(
     fifo = tmp_path / "earlier.json"
     os.mkfifo(fifo)
 
-    def stuck(signum: int, frame: object) -> None:
-        raise TimeoutError("blocked on the FIFO")
-
-    previous = signal.signal(signal.SIGALRM, stuck)
-    signal.alarm(20)
-    try:
+    with unblocked_within(20, "on the FIFO"):
         line = refused("bench.bench_headroom", ["--moves-from", str(fifo)], monkeypatch, capsys)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
     assert line == (
         f"error: --moves-from {fifo}: is a FIFO (named pipe), not a regular file "
         "(not a bench_headroom JSON)"

@@ -6,12 +6,12 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from processes import unblocked_within
 
 from control.cli import main
 from control.errors import UserError
@@ -237,16 +237,8 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(
     fifo = tmp_path / "w.json"
     os.mkfifo(fifo)
 
-    def stuck(signum: int, frame: object) -> None:
-        raise TimeoutError("blocked on the FIFO")
-
-    previous = signal.signal(signal.SIGALRM, stuck)
-    signal.alarm(20)
-    try:
+    with unblocked_within(20, "on the FIFO"):
         status = main([*argv, str(fifo)])
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
     assert status == 2
     err = capsys.readouterr().err
     assert err == f"beamer: error: {fifo}: is a FIFO (named pipe), not a workload file\n"
