@@ -914,17 +914,26 @@ def test_a_ready_switch_slower_than_the_budget_is_set_lagging_and_caught_up(
     assert _class_entries(session.installed) == expected
     assert writes.most_in_flight == 1, "writes to s2 overlapped"
     assert session.provisions == 1, "caught up without provisioning again"
-    # Ready again, s2 gets the next event's writes before the reply.
+    # Fast again: its held Write took longer than the budget, so the events are not
+    # waited for until one of its writes is acknowledged within the budget ...
     two_switches.s2_misbehaviour.write = None
-    controller.handle_event({"type": "experiment_released", "experiment": _plan(2, [50])})
-    controller.handle_event({"type": "stage_released", "experiment_id": 2, "stage_id": 0})
-    ids = {"experiment_id": 2, "stage_id": 0, "trial_id": 0}
-    controller.handle_event({"type": "trial_started", **ids})
-    reply = controller.handle_event({"type": "coflow_started", **ids, "iteration": 0})
-    assert reply["pending_switches"] == []
+    _start_experiment(controller, 2, [50])
+    _wait_for(lambda: session.state == "ready" and not session.slow, "s2 fast again")
+    # ... and then s2 gets each event's writes before the reply.
+    ids = {"experiment_id": 3, "stage_id": 0, "trial_id": 0}
+    replies = [
+        controller.handle_event(event)
+        for event in (
+            {"type": "experiment_released", "experiment": _plan(3, [50])},
+            {"type": "stage_released", "experiment_id": 3, "stage_id": 0},
+            {"type": "trial_started", **ids},
+            {"type": "coflow_started", **ids, "iteration": 0},
+        )
+    ]
+    assert [reply["pending_switches"] for reply in replies] == [[]] * 4
     assert session.state == "ready"
     now_expected = two_switches.class_entries(0)
-    assert ("stage_class", (2, 0)) in now_expected
+    assert ("stage_class", (3, 0)) in now_expected
     assert two_switches.class_entries(1) == now_expected
 
 
