@@ -2,9 +2,12 @@
 
 A :class:`LinuxPort` is one raw ``AF_PACKET`` socket bound to one interface, in
 promiscuous mode, that ignores the copies of frames the switch itself sends
-(``PACKET_OUTGOING``). Its socket can be opened inside a named network
-namespace (``ip netns add NAME``) without moving the whole process there, so a
-test or a benchmark can drive interfaces of several namespaces at once.
+(``PACKET_OUTGOING``). Linux strips the outer 802.1Q/802.1ad tag of a received
+frame and hands it over beside the packet (``PACKET_AUXDATA``); the port puts
+it back, as libpcap (and so BMv2) does, so the program parses the frame as it
+was on the wire. Its socket can be opened inside a named network namespace
+(``ip netns add NAME``) without moving the whole process there, so a test or a
+benchmark can drive interfaces of several namespaces at once.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
+PACKET_AUXDATA = 8
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SIOCGIFMTU = 0x8921
@@ -37,6 +41,15 @@ ETHERNET_OVERHEAD_BYTES = 18
 """Ethernet header plus one VLAN tag: what a frame adds to the interface MTU."""
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Kernel buffer per socket, so short bursts wait in the kernel instead of being lost."""
+TP_STATUS_VLAN_VALID = 0x10
+TP_STATUS_VLAN_TPID_VALID = 0x40
+ETH_P_8021Q = 0x8100
+MAC_ADDRESSES_BYTES = 12
+AUXDATA = struct.Struct("=I12xHH")
+"""``struct tpacket_auxdata``: tp_status, (tp_len, tp_snaplen, tp_mac, tp_net), tp_vlan_tci,
+tp_vlan_tpid."""
+AUXDATA_SPACE = socket.CMSG_SPACE(AUXDATA.size)
+VLAN_TAG = struct.Struct("!HH")
 
 
 @dataclass(slots=True)
@@ -129,6 +142,8 @@ def _open_packet_socket(interface: str) -> tuple[socket.socket, int]:
         sock.bind((interface, ETH_P_ALL))
         membership = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
         sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
+        # The stripped VLAN tag arrives beside each frame; receive() puts it back.
+        sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
         # Kernels before 4.20 lack the option: outgoing copies are filtered on receive.
         with contextlib.suppress(OSError):
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
@@ -167,9 +182,11 @@ class LinuxPort:
         """Read up to ``max_frames`` waiting frames without blocking."""
         frames: list[bytes] = []
         counters = self.counters
+        recvmsg = self._socket.recvmsg
+        buffer_bytes = self.buffer_bytes
         while len(frames) < max_frames:
             try:
-                data, _, flags, address = self._socket.recvmsg(self.buffer_bytes)
+                data, ancillary, flags, address = recvmsg(buffer_bytes, AUXDATA_SPACE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as error:
@@ -181,6 +198,18 @@ class LinuxPort:
             if flags & socket.MSG_TRUNC:
                 counters.oversize_frames += 1
                 continue
+            for level, kind, aux in ancillary:
+                if kind == PACKET_AUXDATA and level == SOL_PACKET:
+                    status, tci, tpid = AUXDATA.unpack_from(aux)
+                    # libpcap's test: kernels before 3.0 set no VLAN_VALID, only the TCI.
+                    if status & TP_STATUS_VLAN_VALID or tci:
+                        if not status & TP_STATUS_VLAN_TPID_VALID:
+                            tpid = ETH_P_8021Q
+                        data = (
+                            data[:MAC_ADDRESSES_BYTES]
+                            + VLAN_TAG.pack(tpid, tci)
+                            + data[MAC_ADDRESSES_BYTES:]
+                        )
             counters.received_frames += 1
             counters.received_bytes += len(data)
             frames.append(data)
