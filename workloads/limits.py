@@ -32,9 +32,10 @@ MAX_COFLOW_HOSTS = 20_000_000
 coflows' remaining bytes by port (16 bytes per coflow and host, built with two
 temporaries of the same size), and every coflow may be active at once: at the limit
 that is 320 MB; measured at its peak, 1.1 GB under Sincronia and 2.9 GB under Beamer,
-whose ranking keeps several per-port vectors per experiment (workloads/FORMAT.md). Each limit alone allowed 10,000 hosts and a
-million coflows, 160 GB. FB2010 has 78,900 (526 coflows, 150 ports); the HP-tuning
-generator at its most coflows, 16 million (a million coflows on 16 hosts)."""
+whose ranking keeps several per-port vectors per experiment (workloads/FORMAT.md).
+Each limit alone allowed 10,000 hosts and a million coflows, 160 GB. FB2010 has 78,900
+(526 coflows, 150 ports); the HP-tuning generator at its most coflows, 16 million (a
+million coflows on 16 hosts)."""
 
 
 def max_coflows(num_hosts: int) -> int:
