@@ -861,6 +861,16 @@ class Controller(EventHandler):
                     f"{config.queues} classes do not fit the pipeline's "
                     f"{class_bits.bitwidth}-bit class parameter"
                 )
+            # Refused here, or the switch would stay in error for ever: its forwarding
+            # table full before every host has its route.
+            forward_table = names.table(self.layout.forward_table)
+            capacity = forward_table.size or DEFAULT_TABLE_SIZE
+            if len(routes[spec.name]) > capacity:
+                raise UserError(
+                    f"{topology.source}: switch {spec.name} needs {len(routes[spec.name]):,} "
+                    f"routes (one per host), more than the pipeline's {forward_table.name} "
+                    f"holds ({capacity:,} entries)"
+                )
             forwarding = canonical_map(forwarding_entries(self.layout, routes[spec.name]), names)
             self.sessions[spec.name] = SwitchSession(
                 spec,
@@ -884,7 +894,11 @@ class Controller(EventHandler):
         self._readers = ThreadPoolExecutor(
             max_workers=max(1, len(self.sessions)), thread_name_prefix="counters"
         )
-        self.journal = EventJournal(config.journal_path) if config.journal_path else None
+        self.journal = (
+            EventJournal(config.journal_path, [host.name for host in config.topology.hosts])
+            if config.journal_path
+            else None
+        )
         if self.journal is not None:
             self.journal.check_writable()
             self._replay(self.journal)
@@ -944,6 +958,8 @@ class Controller(EventHandler):
                 self._searching_policy.close()
                 self._searching_policy = None
         self._writers.shutdown(wait=True)
+        if self.journal is not None:
+            self.journal.close()  # another controller may take the journal now
 
     def _close_streams(self) -> None:
         """On stop: every switch down, its stream closed."""

@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from control import quantize
+from control.addresses import checked_hostport
 from control.controller import (
     ClassAssigner,
     Controller,
@@ -193,8 +194,9 @@ def run_controller(args: argparse.Namespace) -> int:
         raise UserError(f"--write-budget: {args.write_budget} is not in (0, 3600] seconds")
     if not 0 < args.counter_interval <= 3600:
         raise UserError(f"--counter-interval: {args.counter_interval} is not in (0, 3600] seconds")
+    check_events_options(args)
     topology = load_topology(args.topo)
-    if args.events_socket:
+    if args.events_socket is not None:
         socket_path = args.events_socket
     else:
         ensure_private_dir(default_socket_dir())
@@ -251,6 +253,18 @@ def run_controller(args: argparse.Namespace) -> int:
         server.stop()
         controller.stop()
     return 0
+
+
+def check_events_options(args: argparse.Namespace) -> None:
+    """The event API's options, checked before the switches and the pipeline are: the
+    server would refuse a bad address only after them, without naming the option, and
+    an empty socket path taken as not given would serve the default socket instead."""
+    try:
+        checked_hostport(args.events_addr, allow_zero=True)
+    except UserError as error:
+        raise UserError(f"--events-addr: {error}") from None
+    if args.events_socket is not None and not args.events_socket.strip():
+        raise UserError("--events-socket: an empty path (leave the option out for the default)")
 
 
 def status_address(args: argparse.Namespace) -> str:

@@ -410,11 +410,18 @@ def decode_json(data: bytes) -> Any:
 # --- server -----------------------------------------------------------------------------
 
 
+class EventNotStored(Exception):
+    """An event the handler could not keep (its journal cannot be written, e.g. a full
+    disk) and so did not apply: an operating condition, not a bug, so the reply is 507
+    and the log gets one warning line, no traceback."""
+
+
 class EventHandler:
     """What the server calls; the controller implements it."""
 
     def handle_event(self, raw: Any) -> dict[str, Any]:
-        """Apply one decoded JSON event; raise :class:`EventError` to refuse it."""
+        """Apply one decoded JSON event; raise :class:`EventError` to refuse it, or
+        :class:`EventNotStored` when it cannot be kept."""
         raise NotImplementedError
 
     def status(self) -> dict[str, Any]:
@@ -528,6 +535,29 @@ def _host_is_literal(value: str) -> bool:
     return True
 
 
+def _is_loopback(address: str) -> bool:
+    """Whether a bound IP address is reachable from this host alone."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def exposed_warning(url: str, address: str) -> str:
+    """The warning for an events API bound to ``address``, which is not loopback (worded
+    as the P4Runtime server's)."""
+    reach = (
+        "serves every network this host is on"
+        if ipaddress.ip_address(address.split("%", 1)[0]).is_unspecified
+        else "is reachable from other hosts"
+    )
+    return (
+        f"the events API on {url} {reach}: anyone who can reach it can send events and "
+        "so reprogram the switches (the API has no authentication); bind 127.0.0.1 or "
+        "use the Unix socket unless that is intended"
+    )
+
+
 class EventServer:
     """Serves the event API on a TCP address and/or a Unix socket until :meth:`stop`.
 
@@ -619,6 +649,9 @@ class EventServer:
         )
         self._thread.start()
         ready.wait()
+        for listener in self._listeners:
+            if listener.tcp and not _is_loopback(listener.sock.getsockname()[0]):
+                log.warning("%s", exposed_warning(self.url, listener.sock.getsockname()[0]))
 
     def _run_loop(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
         asyncio.set_event_loop(loop)
@@ -692,8 +725,10 @@ class EventServer:
 
     @property
     def url(self) -> str:
+        """``HOST:PORT`` of the TCP listener, an IPv6 host in brackets (as URLs take it)."""
         assert self.tcp_address is not None
-        return f"{self.tcp_address[0]}:{self.tcp_address[1]}"
+        host, port = self.tcp_address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     # -- connections --
 
@@ -1018,6 +1053,9 @@ class EventServer:
             result = self.handler.handle_event(raw)
         except UserError as error:
             return 400, error_body(str(error))
+        except EventNotStored as error:
+            log.warning("event not applied: %s", error)
+            return 507, error_body(f"event not applied: {error}")
         except Exception as error:  # the daemon must outlive a bug in one request
             log.exception("event failed")
             return 500, error_body(f"internal error: {error!r}")

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from control.addresses import split_hostport
+from control.addresses import checked_hostport, endpoint_keys
 from control.errors import UserError
 from control.files import read_json
 from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
@@ -33,8 +33,17 @@ MAX_PORT = 510
 
 Target = Literal["embedded", "bmv2"]
 
-_MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+MAX_SWITCHES = 256
+MAX_HOSTS = 4096
+"""Far above any emulated or lab network (one machine runs a process per switch), and
+checked before anything is derived: every switch holds a route per host, computed and
+written at start, and the controller runs threads per switch; a 3,000-switch chain
+took minutes and gigabytes to route. Links need no limit of their own: each takes two
+ports, so a file cannot list more than the switches' ports and the hosts can hold."""
+
+# fullmatch, not match with ``$``: ``$`` also matches before a final newline ("h2\n").
+_MAC_RE = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,14}")
 """Node names become interface names (``h1-eth0``), so keep them short and plain."""
 
 _TOP_KEYS = {"name", "switches", "hosts", "links", "description"}
@@ -183,37 +192,51 @@ class Topology:
         return graph
 
     def routes(self) -> dict[str, list[Route]]:
-        """Per switch name, one /32 route per host, sorted by destination address."""
+        """Per switch name, one /32 route per host, sorted by destination address.
+
+        A host is a leaf on one switch, so its distance field is its switch's plus one:
+        one search per switch that has hosts, not one per host, and each route's
+        address and MAC objects are shared by every switch (the routes themselves are
+        switches × hosts, which the size limits bound)."""
         graph = self.graph()
-        switch_names = {s.name for s in self.switches}
+        switch_graph = graph.subgraph(s.name for s in self.switches).copy()
+        attachment: dict[str, Endpoint] = {}
+        for link in self.links:
+            for end, other in ((link.end1, link.end2), (link.end2, link.end1)):
+                if end.port is None:
+                    attachment[end.node] = other
+        next_port: dict[str, dict[str, int]] = {}  # switch with hosts → switch → port toward it
         routes: dict[str, list[Route]] = {s.name: [] for s in self.switches}
         for host in sorted(self.hosts, key=lambda h: int(h.ip)):
-            distance: dict[str, int] = nx.single_source_shortest_path_length(graph, host.name)
+            attached = attachment[host.name]
+            assert attached.port is not None
+            if attached.node not in next_port:
+                next_port[attached.node] = _ports_toward(switch_graph, attached.node)
+            toward = next_port[attached.node]
+            dst = ipaddress.IPv4Network(f"{host.ip}/32")
+            mac = host.mac.lower()
             for switch in self.switches:
-                hops = distance.get(switch.name)
-                if hops is None:
-                    continue
-                best: tuple[int, str] | None = None
-                for neighbour in graph.neighbors(switch.name):
-                    if distance.get(neighbour) != hops - 1:
-                        continue
-                    if neighbour in switch_names or neighbour == host.name:
-                        link: LinkSpec = graph.edges[switch.name, neighbour]["link"]
-                        port = link.end_of(switch.name).port
-                        assert port is not None
-                        if best is None or port < best[0]:
-                            best = (port, neighbour)
-                if best is None:
-                    continue
-                routes[switch.name].append(
-                    Route(
-                        dst=ipaddress.IPv4Network(f"{host.ip}/32"),
-                        egress_port=best[0],
-                        dst_mac=host.mac.lower(),
-                        host=host.name,
-                    )
-                )
+                port = attached.port if switch.name == attached.node else toward.get(switch.name)
+                if port is not None:
+                    routes[switch.name].append(Route(dst, port, mac, host.name))
         return routes
+
+
+def _ports_toward(switch_graph: nx.Graph, target: str) -> dict[str, int]:
+    """Every other switch's egress port on a shortest path to the switch ``target`` in
+    the graph of switches alone (hosts are leaves, no path crosses one), the lowest port
+    among equal costs."""
+    distance: dict[str, int] = nx.single_source_shortest_path_length(switch_graph, target)
+    ports: dict[str, int] = {}
+    for switch, hops in distance.items():
+        for neighbour in switch_graph.neighbors(switch):
+            if distance.get(neighbour) == hops - 1:
+                link: LinkSpec = switch_graph.edges[switch, neighbour]["link"]
+                port = link.end_of(switch).port
+                assert port is not None
+                if switch not in ports or port < ports[switch]:
+                    ports[switch] = port
+    return ports
 
 
 def _link_sort_key(link: LinkSpec) -> tuple[int, int]:
@@ -274,7 +297,7 @@ class _Parser:
 
     def node_name(self, value: Any, field: str) -> str:
         name = self.string(value, field)
-        if not _NAME_RE.match(name):
+        if _NAME_RE.fullmatch(name) is None:
             raise self.fail(
                 field,
                 f"{name!r} is not a valid node name (a letter, then up to 14 letters, "
@@ -288,6 +311,12 @@ class _Parser:
         if non_empty and not value:
             raise self.fail(field, "must not be empty")
         return value
+
+    def sized(self, value: Any, field: str, limit: int) -> list[Any]:
+        items = self.listing(value, field, non_empty=True)
+        if len(items) > limit:
+            raise self.fail(field, f"{len(items):,} {field}, more than the limit of {limit:,}")
+        return items
 
     # -- sections --
 
@@ -304,8 +333,8 @@ class _Parser:
     def switches(self, value: Any) -> list[SwitchSpec]:
         specs: list[SwitchSpec] = []
         names: dict[str, int] = {}
-        addresses: dict[str, int] = {}
-        for index, item in enumerate(self.listing(value, "switches", non_empty=True)):
+        addresses: dict[tuple[str, int], int] = {}
+        for index, item in enumerate(self.sized(value, "switches", MAX_SWITCHES)):
             field = f"switches[{index}]"
             obj = self.obj(item, field, _SWITCH_KEYS)
             name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
@@ -320,15 +349,20 @@ class _Parser:
                 0,
                 2**64 - 1,
             )
-            grpc_addr = self.address(
-                self.required(obj, "grpc_addr", f"{field}.grpc_addr"), f"{field}.grpc_addr"
-            )
-            if grpc_addr in addresses:
+            addr_field = f"{field}.grpc_addr"
+            grpc_addr = self.string(self.required(obj, "grpc_addr", addr_field), addr_field)
+            # Compared as the sockets they reach: 'localhost:9559' after '127.0.0.1:9559'
+            # would leave the second switch a backup of the first for ever.
+            keys = endpoint_keys(*self.address(grpc_addr, addr_field))
+            clashes = [addresses[key] for key in keys if key in addresses]
+            if clashes:
+                other = specs[min(clashes)].grpc_addr
+                shown = "" if other == grpc_addr else f" ({other})"
                 raise self.fail(
-                    f"{field}.grpc_addr",
-                    f"{grpc_addr} is already used by switches[{addresses[grpc_addr]}]",
+                    addr_field,
+                    f"{grpc_addr} is already used by switches[{min(clashes)}]{shown}",
                 )
-            addresses[grpc_addr] = index
+            addresses.update(dict.fromkeys(keys, index))
             thrift_port = None
             if obj.get("thrift_port") is not None:
                 thrift_port = self.integer(obj["thrift_port"], f"{field}.thrift_port", 1, 65535)
@@ -342,18 +376,20 @@ class _Parser:
             specs.append(SwitchSpec(name, device_id, grpc_addr, thrift_port, target))
         return specs
 
-    def address(self, value: Any, field: str) -> str:
-        text = self.string(value, field)
-        if split_hostport(text) is None:
-            raise self.fail(field, f"{text!r} is not HOST:PORT")
-        return text
+    def address(self, text: str, field: str) -> tuple[str, int]:
+        """Host and port of a ``HOST:PORT`` gRPC can ever connect to: otherwise the
+        controller would retry it for ever, and a newline in it would split its log lines."""
+        try:
+            return checked_hostport(text)
+        except UserError as error:
+            raise self.fail(field, str(error)) from None
 
     def hosts(self, value: Any, switch_names: set[str]) -> list[HostSpec]:
         specs: list[HostSpec] = []
         names: dict[str, int] = {}
         ips: dict[ipaddress.IPv4Address, int] = {}
         macs: dict[str, int] = {}
-        for index, item in enumerate(self.listing(value, "hosts", non_empty=True)):
+        for index, item in enumerate(self.sized(value, "hosts", MAX_HOSTS)):
             field = f"hosts[{index}]"
             obj = self.obj(item, field, _HOST_KEYS)
             name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
@@ -372,7 +408,7 @@ class _Parser:
             ips[ip] = index
             prefix_len = self.integer(obj.get("prefix_len", 24), f"{field}.prefix_len", 1, 32)
             mac = self.string(self.required(obj, "mac", f"{field}.mac"), f"{field}.mac").lower()
-            if not _MAC_RE.match(mac):
+            if _MAC_RE.fullmatch(mac) is None:
                 raise self.fail(f"{field}.mac", f"{mac!r} is not a MAC address aa:bb:cc:dd:ee:ff")
             if int(mac[:2], 16) & 1:
                 raise self.fail(f"{field}.mac", f"{mac} is a multicast address")

@@ -11,14 +11,16 @@ controller pushes a pipeline over P4Runtime.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from control.addresses import is_decimal
+from control.addresses import checked_hostport, is_decimal, split_hostport
 from control.errors import UserError
 from control.files import read_bytes
 from control.interrupts import restore_handlers
@@ -42,6 +44,9 @@ HEALTH_CHECK_S = 0.5
 
 
 class Server(Protocol):
+    addr: str
+    """Where it serves: with port 0 asked, the port bound."""
+
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -155,15 +160,60 @@ def load_program(path: Path) -> CompiledProgram:
         ) from None
 
 
-def check_server_address(text: str) -> None:
+EVERY_INTERFACE = "[::]"
+"""What ``:PORT`` (and ``*:PORT``, ``0:PORT``) serves on: gRPC binds its wildcard on IPv6
+and IPv4 (IPv4 alone on a host without IPv6), and refuses these hosts itself ("host must
+not be empty", "address lookup failed")."""
+
+
+def check_server_address(text: str) -> str:
     """``--grpc-server-addr`` as gRPC takes it (``HOST:PORT``, ``ipv4:``/``ipv6:``/``dns:``
     forms, ``unix:PATH``), its port checked here: gRPC reads a port above 65535 modulo
-    65536 (``:99999`` served on 34463) and an empty address would quietly mean none."""
+    65536 (``:99999`` served on 34463) and an empty address would quietly mean none.
+    Returns the address to serve: ``:PORT`` becomes every interface's."""
     if text.startswith("unix:") and len(text) > len("unix:"):
-        return
-    _, colon, port = text.rpartition(":")
+        return text
+    host, colon, port = text.rpartition(":")
     if not colon or not is_decimal(port) or len(port) > 5 or int(port) > 65535:
         raise UserError(f"--grpc-server-addr: {text!r} is not HOST:PORT with a port in 0..65535")
+    return f"{EVERY_INTERFACE}:{port}" if host in ("", "*", "0") else text
+
+
+def check_bindable(addr: str) -> None:
+    """Bind a ``HOST:PORT`` as gRPC will (``SO_REUSEADDR``, not ``SO_REUSEPORT``), before
+    anything starts, to say why it cannot be served: gRPC says only "Failed to bind" and
+    logs a line of its own before it. gRPC's other forms (``ipv4:``, ``dns:``, ``unix:``)
+    are left to it. Like gRPC, one address of a name that binds is enough."""
+    if split_hostport(addr, allow_zero=True) is None:
+        return
+    try:
+        host, port = checked_hostport(addr, allow_zero=True)
+        # The wildcard as gRPC binds it: both families, one is enough.
+        name = None if _is_unspecified(host) else host
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except UserError as error:
+        raise UserError(f"--grpc-server-addr: {error}") from None
+    except OSError as error:
+        raise UserError(f"--grpc-server-addr: {addr}: {error.strerror or error}") from None
+    failures: list[OSError] = []
+    for family, kind, protocol, _, sockaddr in infos:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                failures.append(error)
+            else:
+                return
+    reason = (failures[0].strerror or str(failures[0])) if failures else "nothing to bind"
+    raise UserError(f"--grpc-server-addr: cannot serve P4Runtime on {addr}: {reason}")
+
+
+def _is_unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def check_interfaces(specs: list[InterfaceSpec]) -> None:
@@ -201,8 +251,10 @@ def run(args: argparse.Namespace) -> int:
     )
     specs = [parse_interface_spec(text) for text in args.interfaces]
     check_interfaces(specs)
+    grpc_addr = None
     if args.grpc_server_addr is not None:
-        check_server_address(args.grpc_server_addr)
+        grpc_addr = check_server_address(args.grpc_server_addr)
+        check_bindable(grpc_addr)
     program = None if args.no_p4 else load_program(args.config)
 
     stop = threading.Event()
@@ -230,14 +282,14 @@ def run(args: argparse.Namespace) -> int:
             switch.load_pipeline(program)
         switch.start()
         started = True
-        if args.grpc_server_addr:
-            server = start_p4runtime_server(switch, args.device_id, args.grpc_server_addr)
+        if grpc_addr:
+            server = start_p4runtime_server(switch, args.device_id, grpc_addr)
         log.info(
             "ready: ports %s, %d queues per port, program %s, P4Runtime %s",
             ", ".join(f"{s.port}@{s.interface}" for s in specs) or "none",
             args.priority_queues,
             "none (--no-p4)" if program is None else args.config,
-            args.grpc_server_addr or "off",
+            server.addr if server is not None else "off",
         )
         while not stop.wait(HEALTH_CHECK_S):
             if switch.failure is not None:

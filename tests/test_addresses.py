@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from control.addresses import split_hostport
+from control.addresses import checked_hostport, endpoint_keys, split_hostport
 from control.errors import UserError
 from control.events import parse_hostport
 from control.p4runtime_client import parse_election_id
@@ -27,6 +27,13 @@ from sim.executors import _check_reachable
         ("127.0.0.1:0000080", None),
         (":80", None),
         ("127.0.0.1", None),
+        ("[fe80::1%eth0]:80", ("fe80::1%eth0", 80)),
+        ("[]:80", None),  # brackets around nothing
+        ("[[:80", None),
+        ("[::1:80", None),
+        ("::1]:80", None),
+        ("[localhost]:80", None),  # brackets hold an IPv6 address only
+        ("::1:80", None),  # an IPv6 host without brackets: where does it end?
     ],
 )
 def test_split_hostport_takes_ascii_ports_in_range(
@@ -64,3 +71,33 @@ def test_a_listener_that_is_not_a_ray_head_is_refused_quickly(
         with pytest.raises(UserError, match="does not speak gRPC within 1 s: not a Ray head"):
             _check_reachable(address)
         assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("127.0.0.1\n:19559", r"the host '127\.0\.0\.1\\n' holds a space or a control character"),
+        ("127.0.0.1 :19559", r"the host '127\.0\.0\.1 ' holds a space"),
+        ("a/b:19559", r"'a/b:19559' is not HOST:PORT"),
+        ("x" * 64 + ".lab:19559", r"is not a host name \(label"),
+    ],
+)
+def test_a_host_no_connection_can_use_is_refused(text: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        checked_hostport(text)
+
+
+def test_spellings_of_one_socket_have_a_key_in_common() -> None:
+    def same(a: str, b: str) -> bool:
+        first, second = split_hostport(a), split_hostport(b)
+        assert first is not None and second is not None
+        return bool(endpoint_keys(*first) & endpoint_keys(*second))
+
+    assert same("127.0.0.1:9559", "localhost:9559")
+    assert same("[::1]:9559", "LocalHost.:9559")
+    assert same("[::ffff:127.0.0.1]:9559", "127.0.0.1:9559")
+    assert same("[0:0::1]:9559", "[::1]:9559")
+    assert same("Switch-1.Lab:9559", "switch-1.lab.:9559")
+    assert not same("127.0.0.1:9559", "[::1]:9559")  # two sockets a server may hold apart
+    assert not same("127.0.0.1:9559", "127.0.0.2:9559")
+    assert not same("localhost:9559", "localhost:9560")

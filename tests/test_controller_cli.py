@@ -16,10 +16,18 @@ from controller_process import REPO, controller_argv, embedded_switch, write_top
 from google.protobuf import text_format
 
 from control.cli import main
-from control.controller_cli import DEFAULT_P4, bmv2_artifacts, embedded_artifacts, format_status
+from control.controller import Controller, ControllerConfig
+from control.controller_cli import (
+    DEFAULT_P4,
+    bmv2_artifacts,
+    embedded_artifacts,
+    format_status,
+    load_policy,
+)
 from control.errors import UserError
 from control.events import EventClient
 from control.p4runtime_client import P4RuntimeClient
+from control.topology import parse_topology
 from softswitch.p4runtime_server import P4RuntimeServer
 
 
@@ -55,6 +63,65 @@ def test_bad_arguments_are_one_line_errors(
             )
     assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2
     assert capsys.readouterr().err.startswith("beamer: error: controller at ")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--events-addr", "127.0.0.1:99999", "--events-addr: '127.0.0.1:99999' is not HOST:PORT"),
+        ("--events-addr", "[]:9100", "--events-addr: '[]:9100' is not HOST:PORT"),
+        (
+            "--events-addr",
+            "127.0.0.1\n:9100",
+            "--events-addr: '127.0.0.1\\n:9100': the host '127.0.0.1\\n' holds a space or a "
+            "control character",
+        ),
+        (  # taken as not given, it would serve the default socket instead
+            "--events-socket",
+            "",
+            "--events-socket: an empty path (leave the option out for the default)",
+        ),
+    ],
+)
+def test_event_api_options_are_refused_up_front_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
+    """Checked before the topology is read (absent here) and the switches are reached."""
+    argv = ["controller", "--topo", str(tmp_path / "absent.json"), "--policy", "fair"]
+    assert main([*argv, option, value]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"beamer: error: {message}"]
+
+
+def test_a_topology_whose_routes_overflow_the_forwarding_table_is_refused() -> None:
+    """One /32 route per host on every switch: with more hosts than ``ipv4_lpm`` holds,
+    every switch would stay in error for ever."""
+    hosts = [
+        {
+            "name": f"h{i}",
+            "ip": f"10.0.{i >> 8}.{i & 255}",
+            "mac": f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",
+        }
+        for i in range(1, 1198)
+    ]
+    links = [
+        {"node1": "s0", "port1": 500, "node2": "s1", "port2": 500},
+        {"node1": "s1", "port1": 501, "node2": "s2", "port2": 501},
+    ]
+    links += [{"node1": f"h{i}", "node2": f"s{i % 3}", "port2": i // 3} for i in range(1, 1198)]
+    switches = [
+        {"name": f"s{k}", "device_id": k, "grpc_addr": f"127.0.0.1:{19560 + k}"} for k in range(3)
+    ]
+    topology = parse_topology(
+        {"name": "big", "switches": switches, "hosts": hosts, "links": links}, source="big.json"
+    )
+    policy, assign = load_policy("fair", 8)
+    config = ControllerConfig(topology, {"embedded": embedded_artifacts(DEFAULT_P4)}, "fair")
+    with pytest.raises(UserError) as refused:
+        Controller(config, policy, assign)
+    assert str(refused.value) == (
+        "big.json: switch s0 needs 1,197 routes (one per host), more than the pipeline's "
+        "MyIngress.ipv4_lpm holds (1,024 entries)"
+    )
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])

@@ -9,6 +9,7 @@ the control plane whatever the state of the P4 frontend.
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -466,8 +467,11 @@ def test_restarted_controller_with_journal_writes_nothing_new(
     first.handle_event({"type": "experiment_finished", "experiment_id": 2})
     expected = rig.read_entries()
     first.stop()
-    # Experiment 2 is over: the journal kept only experiment 1's events.
-    assert all('"experiment_id": 1' in line for line in journal.read_text().splitlines())
+    # Experiment 2 is over: the journal kept only experiment 1's events (after the line
+    # that records the hosts).
+    header, *events = journal.read_text().splitlines()
+    assert json.loads(header)["beamer_journal"] == 1
+    assert events and all('"experiment_id": 1' in line for line in events)
 
     writes: list[int] = []
     original = P4RuntimeClient.write

@@ -1,12 +1,14 @@
 """The event API of a running ``beamer controller`` under hostile and broken clients:
 what a web page can send, malformed and oversized requests, slow clients, a thousand
 half-open connections, and numbers that are not finite. Real HTTP clients, a real
-controller process, an embedded switch."""
+controller process, an embedded switch. Also: an event whose journal line cannot be
+written, and an API bound to more than loopback."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
 import resource
 import socket
 from collections.abc import Iterator
@@ -19,7 +21,14 @@ from controller_process import (
     controller_on_embedded_switch,
 )
 
-from control.events import EventClient, raise_open_files_limit
+from control.events import (
+    EventClient,
+    EventHandler,
+    EventServer,
+    exposed_warning,
+    raise_open_files_limit,
+)
+from control.journal import JournalWriteError
 
 REQUEST_TIMEOUT_S = 3.0
 
@@ -359,3 +368,89 @@ def test_idle_keep_alive_connections_are_reused(controller: ControllerProcess) -
             assert response.status == 200 and json.loads(response.read()) == {"ok": True}
     finally:
         connection.close()
+
+
+class _FullDisk(EventHandler):
+    """A controller whose journal is on a full disk."""
+
+    def handle_event(self, raw: Any) -> dict[str, Any]:
+        raise JournalWriteError(
+            "events.jsonl: cannot write the event journal: No space left on device"
+        )
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+
+def test_an_event_the_journal_cannot_keep_gets_507_and_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A full disk is an operating condition: it used to be a 500 with a traceback in the
+    log for each event."""
+    server = EventServer(_FullDisk(), "127.0.0.1:0")
+    server.start()
+    try:
+        assert server.tcp_address is not None
+        connection = http.client.HTTPConnection(*server.tcp_address, timeout=10)
+        with caplog.at_level(logging.WARNING, logger="control.events"):
+            connection.request(
+                "POST", "/v1/events", body=_release(1), headers={"Content-Type": "application/json"}
+            )
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+        connection.close()
+    finally:
+        server.stop()
+    reason = "events.jsonl: cannot write the event journal: No space left on device"
+    assert (response.status, reply) == (
+        507,
+        {"ok": False, "error": f"event not applied: {reason}"},
+    )
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", f"event not applied: {reason}", None)
+    ]
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "localhost:0", "[::1]:0"])
+def test_a_loopback_api_is_served_without_warning(
+    address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = EventServer(_FullDisk(), address)
+    with caplog.at_level(logging.WARNING):
+        server.start()
+    try:
+        assert caplog.records == []
+        host, port = server.tcp_address or ("", 0)
+        # An IPv6 host goes in brackets, as a URL takes it (it used to read ":::PORT").
+        assert server.url == (f"[::1]:{port}" if host == "::1" else f"{host}:{port}")
+        with EventClient(server.url, timeout_s=10) as client:
+            assert client.health()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:0", "[::]:0"])
+def test_an_api_on_every_network_is_served_with_a_warning(
+    address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Said as the P4Runtime server says it: the API has no authentication."""
+    server = EventServer(_FullDisk(), address)
+    with caplog.at_level(logging.WARNING):
+        server.start()
+    server.stop()
+    host, port = server.tcp_address or ("", 0)
+    url = f"[{host}]:{port}" if host == "::" else f"{host}:{port}"
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            f"the events API on {url} serves every network this host is on: anyone who can "
+            "reach it can send events and so reprogram the switches (the API has no "
+            "authentication); bind 127.0.0.1 or use the Unix socket unless that is intended",
+        )
+    ]
+
+
+def test_an_api_on_one_interface_is_said_to_be_reachable_from_other_hosts() -> None:
+    assert exposed_warning("10.0.0.1:9100", "10.0.0.1").startswith(
+        "the events API on 10.0.0.1:9100 is reachable from other hosts: anyone who can "
+    )

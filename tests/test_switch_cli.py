@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from processes import end_process, unblocked_within
 
 from control.cli import main
 from softswitch.ports import parse_interface_spec
+from softswitch.switch_cli import check_server_address
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -72,3 +79,53 @@ def test_a_p4_file_with_an_error_reports_file_line_and_column(
 def test_interface_spec_parses_like_simple_switch() -> None:
     spec = parse_interface_spec("12@s1-eth12")
     assert (spec.port, spec.interface) == (12, "s1-eth12")
+
+
+def test_an_address_in_use_is_one_line_with_the_reason(capfd: pytest.CaptureFixture[str]) -> None:
+    """Probed before gRPC binds: gRPC logs a line of its own and says only "Failed to
+    bind"."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        status = main(["switch", "--no-p4", "--grpc-server-addr", address])
+    assert status == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"beamer: error: --grpc-server-addr: cannot serve P4Runtime on {address}: "
+        "Address already in use"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "served"),
+    [
+        (":9559", "[::]:9559"),  # no host: every interface, as documented (gRPC refuses it)
+        ("*:0", "[::]:0"),
+        ("127.0.0.1:9559", "127.0.0.1:9559"),
+        ("[::1]:0", "[::1]:0"),
+        ("unix:/run/p4rt.sock", "unix:/run/p4rt.sock"),
+    ],
+)
+def test_an_address_without_host_serves_every_interface(given: str, served: str) -> None:
+    assert check_server_address(given) == served
+
+
+def test_the_ready_line_names_the_port_bound() -> None:
+    """Asked for port 0, the switch says which port it serves, not ':0'."""
+    command = [sys.executable, "-m", "control.cli", "switch", "--no-p4"]
+    process = subprocess.Popen(
+        [*command, "--grpc-server-addr", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    try:
+        with unblocked_within(60, "the switch's ready line"):
+            ready = next(line for line in process.stderr if " ready: " in line)
+        found = re.search(r"P4Runtime 127\.0\.0\.1:(\d+)$", ready.strip())
+        assert found is not None, ready
+        with socket.create_connection(("127.0.0.1", int(found[1])), timeout=10):
+            pass  # the port named is the one served
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        end_process(process)
+        process.stderr.close()

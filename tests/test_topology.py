@@ -12,8 +12,9 @@ from typing import Any
 import networkx as nx
 import pytest
 
+import control.topology
 from control.errors import UserError
-from control.topology import load_topology, parse_topology
+from control.topology import MAX_HOSTS, MAX_SWITCHES, load_topology, parse_topology
 
 
 def _host(index: int) -> dict[str, Any]:
@@ -271,6 +272,70 @@ def _mutated(mutate: Any) -> dict[str, Any]:
             lambda r: r["switches"][1].update(grpc_addr="127.0.0.1:\u0669\u0661\u0660\u0660"),
             r"switches\[1\]\.grpc_addr: '127\.0\.0\.1:٩١٠٠' is not HOST:PORT",
         ),
+        (  # '$' of re.match also matches before a final newline
+            lambda r: r["hosts"][1].update(name="h2\n"),
+            r"hosts\[1\]\.name: 'h2\\n' is not a valid node name",
+        ),
+        (
+            lambda r: r["switches"][1].update(name="s2\n"),
+            r"switches\[1\]\.name: 's2\\n' is not a valid node name",
+        ),
+        (
+            lambda r: r["hosts"][2].update(mac="02:00:00:00:00:09\n"),
+            r"hosts\[2\]\.mac: '02:00:00:00:00:09\\n' is not a MAC address",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="127.0.0.1\n:19559"),
+            r"switches\[1\]\.grpc_addr: '127\.0\.0\.1\\n:19559': the host .* holds a space or a "
+            "control character",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="127.0.0.1 :19559"),
+            r"switches\[1\]\.grpc_addr: '127\.0\.0\.1 :19559': the host .* holds a space",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="[[:19559"),
+            r"switches\[1\]\.grpc_addr: '\[\[:19559' is not HOST:PORT",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="[]:19559"),
+            r"switches\[1\]\.grpc_addr: '\[\]:19559' is not HOST:PORT",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="::1:9559"),
+            r"switches\[1\]\.grpc_addr: '::1:9559' is not HOST:PORT",
+        ),
+        (
+            lambda r: r["switches"][1].update(grpc_addr="a" * 64 + ".lab:9559"),
+            r"switches\[1\]\.grpc_addr: 'a+\.lab:9559': the host .* is not a host name",
+        ),
+        (  # one socket, two spellings: the second switch would stay a backup for ever
+            lambda r: r["switches"][2].update(grpc_addr="localhost:9559"),
+            r"switches\[2\]\.grpc_addr: localhost:9559 is already used by switches\[0\] "
+            r"\(127\.0\.0\.1:9559\)",
+        ),
+        (
+            lambda r: (
+                r["switches"][0].update(grpc_addr="Switch-1.Lab:9559"),
+                r["switches"][2].update(grpc_addr="switch-1.lab.:9559"),
+            ),
+            r"switches\[2\]\.grpc_addr: switch-1\.lab\.:9559 is already used by switches\[0\]",
+        ),
+        (
+            lambda r: (
+                r["switches"][0].update(grpc_addr="[::1]:9559"),
+                r["switches"][2].update(grpc_addr="LOCALHOST:9559"),
+            ),
+            r"switches\[2\]\.grpc_addr: LOCALHOST:9559 is already used by switches\[0\]",
+        ),
+        (
+            lambda r: r.update(switches=[{}] * (MAX_SWITCHES + 1)),
+            r"switches: 257 switches, more than the limit of 256$",
+        ),
+        (
+            lambda r: r.update(hosts=[{}] * (MAX_HOSTS + 1)),
+            r"hosts: 4,097 hosts, more than the limit of 4,096$",
+        ),
         (lambda r: r["links"][1].update(node2="s1", port2=2), r"links\[1\]: links s1 to itself"),
         (
             lambda r: r["links"].append({"node1": "h1", "node2": "s3", "port2": 9}),
@@ -311,3 +376,101 @@ def test_shipped_topologies_load_and_route_every_host_from_every_switch(path: Pa
             # Hop count equals the graph's shortest path: no detours.
             shortest = nx.shortest_path(topology.graph(), switch.name, host.name)
             assert len(visited) == len(shortest)
+
+
+def test_a_topology_at_the_size_limits_loads() -> None:
+    """The limits refuse what no emulated or lab network needs, nothing below them."""
+    switches = [
+        {"name": f"s{i}", "device_id": i, "grpc_addr": f"127.0.0.1:{20000 + i}"}
+        for i in range(MAX_SWITCHES)
+    ]
+    hosts = [
+        {
+            "name": f"h{i}",
+            "ip": f"10.0.{i >> 8}.{i & 255}",
+            "mac": f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",
+        }
+        for i in range(MAX_HOSTS)
+    ]
+    links = [
+        {"node1": f"s{i}", "port1": 1, "node2": f"s{i + 1}", "port2": 2}
+        for i in range(MAX_SWITCHES - 1)
+    ]
+    links += [
+        {"node1": f"h{i}", "node2": f"s{i % MAX_SWITCHES}", "port2": 3 + i // MAX_SWITCHES}
+        for i in range(MAX_HOSTS)
+    ]
+    raw = {"name": "limits", "switches": switches, "hosts": hosts, "links": links}
+    topology = parse_topology(raw)
+    assert (len(topology.switches), len(topology.hosts)) == (MAX_SWITCHES, MAX_HOSTS)
+
+
+def _reference_routes(topology: Any) -> dict[str, dict[str, int]]:
+    """Per switch, host name → egress port: one search per destination host, the lowest
+    port among the neighbours one hop closer (the definition, at its plainest)."""
+    graph = topology.graph()
+    switches = {s.name for s in topology.switches}
+    ports: dict[str, dict[str, int]] = {name: {} for name in switches}
+    for host in topology.hosts:
+        distance = nx.single_source_shortest_path_length(graph, host.name)
+        for switch in switches:
+            closer = [
+                graph.edges[switch, n]["link"].end_of(switch).port
+                for n in graph.neighbors(switch)
+                if distance[n] == distance[switch] - 1 and (n in switches or n == host.name)
+            ]
+            ports[switch][host.name] = min(closer)
+    return ports
+
+
+def _random_topology(rng: random.Random) -> dict[str, Any]:
+    count = rng.randint(1, 10)
+    free = {i: rng.sample(range(1, 60), 59) for i in range(count)}
+    switches = [
+        {"name": f"s{i}", "device_id": i, "grpc_addr": f"127.0.0.1:{9000 + i}"}
+        for i in range(count)
+    ]
+    pairs = [(i, rng.randrange(i)) for i in range(1, count)]
+    pairs += [(rng.randrange(count), rng.randrange(count)) for _ in range(count)]
+    links = [
+        {"node1": f"s{a}", "port1": free[a].pop(), "node2": f"s{b}", "port2": free[b].pop()}
+        for a, b in pairs
+        if a != b
+    ]
+    hosts = [_host(i) for i in range(1, rng.randint(2, 12))]
+    for host in hosts:
+        switch = rng.randrange(count)
+        links.append({"node1": host["name"], "node2": f"s{switch}", "port2": free[switch].pop()})
+    rng.shuffle(links)
+    return {"name": "random", "switches": switches, "hosts": hosts, "links": links}
+
+
+def test_routes_search_once_per_switch_with_hosts_and_share_what_routes_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search per host and new address objects per route made a 3,000-switch chain run
+    for minutes and take gigabytes; the routes stay those of the definition."""
+    raw = _line()  # hosts on s1, s2 and s3
+    raw["hosts"].append(_host(4))
+    raw["links"].append({"node1": "h4", "node2": "s2", "port2": 4})
+    searches: list[str] = []
+    search = nx.single_source_shortest_path_length
+
+    def counted(graph: nx.Graph, source: str) -> dict[str, int]:
+        searches.append(source)
+        return search(graph, source)
+
+    monkeypatch.setattr(control.topology.nx, "single_source_shortest_path_length", counted)
+    routes = parse_topology(raw).routes()
+    assert sorted(searches) == ["s1", "s2", "s3"]
+    assert routes["s1"][3].dst is routes["s3"][3].dst
+    assert routes["s1"][3].dst_mac is routes["s3"][3].dst_mac
+    monkeypatch.undo()
+    rng = random.Random(5)
+    for _ in range(200):
+        topology = parse_topology(_random_topology(rng))
+        derived = {
+            switch: {route.host: route.egress_port for route in switch_routes}
+            for switch, switch_routes in topology.routes().items()
+        }
+        assert derived == _reference_routes(topology)
