@@ -232,6 +232,25 @@ CASES = [
         "@@header odd_t { bit<3> x; }\nheader ethernet_t {",
         "header odd_t is 3 bits long",
     ),
+    (
+        # p4c: "drop: declaration not found"; a recursive action would never end.
+        "recursive-action",
+        "action drop() { mark_to_drop(standard_metadata); }",
+        "action drop() { mark_to_drop(standard_metadata); @@drop(); }",
+        "drop: declaration not found",
+    ),
+    (
+        "action-declared-later",
+        "action drop() { mark_to_drop(standard_metadata); }",
+        "action drop() { mark_to_drop(standard_metadata); @@later(); }\n    action later() { }",
+        "later: declaration not found",
+    ),
+    (
+        "unterminated-comment",
+        "         MyDeparser()) main;",
+        "         MyDeparser()) main;\n// a /* in a line comment\n  @@/* never closed\n",
+        "unterminated comment",
+    ),
 ]
 
 

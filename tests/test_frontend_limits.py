@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import grpc
 import pytest
+from p4.v1 import p4runtime_pb2
 from test_frontend_errors import VALID
 
 from control.cli import main
@@ -21,9 +23,14 @@ from softswitch.frontend.limits import (
     MAX_PROGRAM_LINES,
     MAX_SOURCE_BYTES,
     MAX_TABLE_SIZE,
+    MAX_TOKENS,
     MAX_TOTAL_EXTERN_CELLS,
+    MAX_TYPE_FIELDS,
 )
 from softswitch.frontend.program import compile_file
+from softswitch.p4rt.pipeline_config import PipelineConfigs
+from softswitch.p4rt.status import P4RuntimeError
+from softswitch.pipeline import Pipeline, PipelineError
 from softswitch.switch import Switch
 
 TTL_LINE = "hdr.ipv4.ttl = hdr.ipv4.ttl - 1;"
@@ -49,6 +56,14 @@ HOSTILE = {
     "casts": with_statement("hdr.ipv4.ttl = " + "(bit<8>)" * 3000 + "hdr.ipv4.ttl;"),
     "ifs": with_statement("if (true) { " * 3000 + "}" * 3000),
     "blocks": with_statement("{" * 5000 + "}" * 5000),
+    "operator chain": with_statement("hdr.ipv4.ttl = " + " - ".join(["hdr.ipv4.ttl"] * 110) + ";"),
+    "product chain": with_statement("hdr.ipv4.ttl = " + " * ".join(["hdr.ipv4.ttl"] * 110) + ";"),
+    "shift chain": with_statement("hdr.ipv4.ttl = " + " << ".join(["hdr.ipv4.ttl"] * 110) + ";"),
+    "concatenation chain": with_statement(
+        "hdr.ipv4.ttl = (bit<8>)(" + " ++ ".join(["hdr.ipv4.ttl[0:0]"] * 110) + ");"
+    ),
+    "slice chain": with_statement("hdr.ipv4.ttl = hdr.ipv4.ttl" + "[7:0]" * 110 + ";"),
+    "constant chain": "const bit<8> C = " + " + ".join(["8w1"] * 2000) + ";\n" + VALID,
     "type arguments": VALID.replace(
         "struct metadata { bit<8> scratch; }",
         "struct metadata { " + "T<" * 3000 + "bit<8>" + ">" * 3000 + " x; }",
@@ -107,6 +122,38 @@ def test_huge_widths_and_sizes_are_compile_errors(old: str, new: str, message: s
     assert message in str(caught.value)
 
 
+def nested_structs(levels: int) -> str:
+    """``s{i}_t`` holds two ``s{i-1}_t``: 2**i fields from a few lines."""
+    return "".join(
+        f"struct s{i}_t {{ s{i - 1}_t a; s{i - 1}_t b; }}\n" for i in range(1, levels + 1)
+    ).replace("s0_t", "bit<8>")
+
+
+def test_structs_of_structs_are_refused_at_the_field_past_the_field_limit() -> None:
+    """Without the limit s39_t compiles and the first packet takes 2**39 fields."""
+    assert MAX_TYPE_FIELDS == 2**12
+    source = VALID.replace(
+        "struct metadata { bit<8> scratch; }",
+        nested_structs(39) + "struct metadata { bit<8> scratch; s39_t big; }",
+    )
+    with pytest.raises(CompileError) as caught:
+        compile_source(source, "nested.p4")
+    line = source.splitlines().index("struct s13_t { s12_t a; s12_t b; }") + 1
+    column = "struct s13_t { s12_t a; s12_t b; }".index(" b;") + 2
+    assert str(caught.value) == (
+        f"nested.p4:{line}:{column}: s13_t has more than 4,096 fields with those of the "
+        "headers and structs in it (b makes 8,192)"
+    )
+    # A header counts its validity too.
+    header = VALID.replace(
+        "struct metadata { bit<8> scratch; }",
+        "header big_t { " + " ".join(f"bit<8> f{i};" for i in range(MAX_TYPE_FIELDS)) + " }\n"
+        "struct metadata { bit<8> scratch; }",
+    )
+    with pytest.raises(CompileError, match=r"big_t has more than 4,096 fields .*f4095 makes"):
+        compile_source(header, "header.p4")
+
+
 def test_macros_defined_from_macros_cannot_blow_a_line_up() -> None:
     defines = "#define A0 x\n" + "".join(f"#define A{i + 1} A{i} A{i}\n" for i in range(40))
     with pytest.raises(CompileError, match="macro expansion makes this line longer"):
@@ -137,7 +184,7 @@ def test_a_program_that_macros_multiply_is_stopped_at_the_program_limit() -> Non
     [
         ("const bit<32> BIG = 0x" + "f" * 20000 + ";", "an integer literal wider than 4096 bits"),
         (
-            "const bit<32> BIG = " + " * ".join(["(1 << 4000)"] * 200) + ";",
+            "const bit<32> BIG = " + " * ".join(["(1 << 4000)"] * 20) + ";",
             "constant folding builds an integer wider than 4096 bits",
         ),
         ("const bit<32> BIG = 1" + "0" * 5000 + ";", "(5,001 characters)"),
@@ -152,6 +199,32 @@ def test_huge_constants_and_lines_are_compile_errors(declaration: str, message: 
     assert len(str(caught.value)) < 300  # the input is not echoed whole
 
 
+def test_continuation_lines_are_refused_at_the_line_that_crosses_the_line_limit() -> None:
+    """Lines ending in '\\' join into one; its length is checked as each line joins, not
+    once thousands more have been appended."""
+    part = "x" * 100 + "\\"
+    count = 3 * MAX_LINE_CHARS // len(part)
+    source = VALID + (part + "\n") * count + "\n"
+    with pytest.raises(CompileError, match="joined by '\\\\' continuations") as caught:
+        compile_source(source, "joined.p4")
+    first = VALID.count("\n") + 1
+    crossing = first + MAX_LINE_CHARS // len(part)
+    assert str(caught.value).startswith(f"joined.p4:{crossing}:1: a line longer than")
+
+
+def test_a_program_of_too_many_tokens_is_refused_at_the_token_past_the_limit() -> None:
+    """Tokens are counted as they are made: a 16 MB file of 1-character tokens would
+    otherwise take gigabytes before its first error."""
+    per_line = 1000
+    source = ("@" * per_line + "\n") * (MAX_TOKENS // per_line + 100)
+    with pytest.raises(CompileError) as caught:
+        compile_source(source, "tokens.p4")
+    line, column = MAX_TOKENS // per_line + 1, MAX_TOKENS % per_line + 1
+    assert str(caught.value) == (
+        f"tokens.p4:{line}:{column}: the program has more than {MAX_TOKENS:,} tokens"
+    )
+
+
 def test_a_source_file_above_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
     source = tmp_path / "big.p4"
     with source.open("wb") as handle:
@@ -160,15 +233,33 @@ def test_a_source_file_above_the_size_limit_is_refused_before_it_is_read(tmp_pat
         compile_file(source)
 
 
+def test_a_chain_of_operators_is_refused_at_the_operator_past_the_limit() -> None:
+    """``a - b - c`` nests its left operand one level per operator in the lowered code."""
+    operands = ["hdr.ipv4.ttl"] * 110
+    source = with_statement("hdr.ipv4.ttl = " + " - ".join(operands) + ";")
+    with pytest.raises(CompileError, match=f"nested more than {MAX_NESTING} levels") as caught:
+        compile_source(source, "chain.p4")
+    assert caught.value.location is not None
+    line = source.splitlines()[caught.value.location.line - 1]
+    assert line[caught.value.location.column - 1] == "-"
+
+
 def test_programs_at_the_limits_compile_and_load() -> None:
     sources = [
-        with_statement(f"hdr.ipv4.ttl = {chain(MAX_NESTING - 2)};"),
-        with_statement("if (hdr.ipv4.ttl > 1) { " * 31 + TTL_LINE + "}" * 31),
+        with_statement(f"hdr.ipv4.ttl = {chain(MAX_NESTING // 2 - 1)};"),
+        with_statement("hdr.ipv4.ttl = " + " - ".join(["hdr.ipv4.ttl"] * (MAX_NESTING - 1)) + ";"),
+        with_statement("hdr.ipv4.ttl = " + " << ".join(["hdr.ipv4.ttl"] * (MAX_NESTING - 1)) + ";"),
+        with_statement("hdr.ipv4.ttl = hdr.ipv4.ttl" + "[7:0]" * (MAX_NESTING - 3) + ";"),
+        with_statement("if (hdr.ipv4.ttl > 1) { " * 30 + TTL_LINE + "}" * 30),
         VALID.replace("bit<8> scratch;", f"bit<{MAX_BIT_WIDTH}> scratch;").replace(
             TTL_LINE, "hdr.ipv4.ttl = hdr.ipv4.ttl << 99999999999;"
         ),
         VALID.replace(
             "default_action = drop();", f"size = {MAX_TABLE_SIZE}; default_action = drop();"
+        ),
+        VALID.replace(
+            "struct metadata { bit<8> scratch; }",
+            nested_structs(12) + "struct metadata { s12_t big; }",
         ),
     ]
     for source in sources:
@@ -177,6 +268,30 @@ def test_programs_at_the_limits_compile_and_load() -> None:
             switch.load_pipeline(compile_source(source, "limit.p4"))
         finally:
             switch.close()
+
+
+def test_generated_code_that_cannot_load_is_a_one_line_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should a frontend limit miss what Python's compiler refuses, loading the program
+    is still a clear refusal: a UserError for the switch, INVALID_ARGUMENT for a client."""
+    program = compile_source(VALID, "valid.p4")
+    program.lowered.source = "x = " + "(" * 300 + "1" + ")" * 300 + "\n"
+    with pytest.raises(PipelineError, match=r"^valid\.p4: the generated code cannot be loaded"):
+        Pipeline(program)
+    monkeypatch.setattr(CompiledProgram, "from_device_config", lambda _config: program)
+    request = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=0, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY
+    )
+    request.config.p4info.CopyFrom(program.p4info)
+    request.config.p4_device_config = b"{}"
+    switch = Switch()
+    try:
+        with pytest.raises(P4RuntimeError, match="generated code cannot be loaded") as caught:
+            PipelineConfigs(switch).verify(request)
+    finally:
+        switch.close()
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_a_device_config_from_a_client_is_held_to_the_same_limits() -> None:

@@ -11,7 +11,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from softswitch.frontend import CompiledProgram, compile_file
+from softswitch.frontend import CompiledProgram, compile_file, compile_source
 from softswitch.pipeline import DROP_PORT, Pipeline
 from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
 
@@ -197,6 +197,43 @@ def test_hashes_match_their_definitions(features: tuple[CompiledProgram, Pipelin
     # 0x13 falls through the exact-looking entries to the 0x10 &&& 0xF0 entry.
     [(_p, _q, c16b)] = pipeline.process(0, op_frame(0x13, a, b))
     assert op_fields(c16b)[4] == csum
+
+
+HASH_MAX_0 = """
+#include <core.p4>
+#include <v1model.p4>
+header ipv4_t { bit<32> srcAddr; bit<32> dstAddr; bit<16> other; }
+struct metadata { }
+struct headers { ipv4_t ipv4; }
+parser P(packet_in packet, out headers hdr, inout metadata meta,
+         inout standard_metadata_t standard_metadata) {
+    state start { packet.extract(hdr.ipv4); transition accept; }
+}
+control V(inout headers hdr, inout metadata meta) { apply { } }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t standard_metadata) {
+    apply {
+        hash(hdr.ipv4.srcAddr, HashAlgorithm.crc32, 32w7, { hdr.ipv4.dstAddr }, 32w0);
+        hash(hdr.ipv4.other, HashAlgorithm.crc32, 16w3, { hdr.ipv4.dstAddr }, 32w1000);
+        standard_metadata.egress_spec = 1;
+    }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t standard_metadata) {
+    apply { }
+}
+control C(inout headers hdr, inout metadata meta) { apply { } }
+control D(packet_out packet, in headers hdr) { apply { packet.emit(hdr.ipv4); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def test_hash_with_max_0_writes_base() -> None:
+    """v1model.p4: "If max=0, the value written to result will always be base" (BMv2
+    writes 7 here); a max above 0 still gives base + hash mod max."""
+    pipeline = Pipeline(compile_source(HASH_MAX_0, "hash.p4"))
+    data = bytes.fromhex("12345678")
+    [(_port, _prio, out)] = pipeline.process(0, bytes(4) + data + bytes(2))
+    assert out[:4] == (7).to_bytes(4, "big")
+    assert int.from_bytes(out[8:10], "big") == 3 + zlib.crc32(data) % 1000
 
 
 def test_table_miss_hit_and_control_plane_entry(features: tuple[CompiledProgram, Pipeline]) -> None:

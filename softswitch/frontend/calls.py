@@ -80,6 +80,15 @@ class CallLowering(ExternLowering):
                 if not statement:
                     raise CompileError(call.loc, "actions have no value")
                 info = self.use_action(func.name, func.loc, scope)
+                caller = self.ctx.action
+                if caller is not None and not self.declared_before(info.decl, caller):
+                    # p4c resolves a name only to what is declared before it: an action
+                    # cannot call itself or a later one, so actions never recurse.
+                    raise CompileError(
+                        func.loc,
+                        f"{func.name}: declaration not found (an action can only call "
+                        "actions declared before it)",
+                    )
                 if len(call.args) != len(info.params):
                     raise CompileError(
                         call.loc,

@@ -53,6 +53,21 @@ class CompilerState:
         self.ctx: ControlContext | None = None
         # Per table (P4Info name), the code a statement ``t.apply();`` inlines.
         self.table_code: dict[str, list[str]] = {}
+        # Source order of actions and controls (by id of the declaration): an action may
+        # only call one declared before it, as in p4c, so no action can recurse.
+        self.declaration_order: dict[int, int] = {}
+        # Per header or struct type (by id, the type kept alive), how many fields it holds.
+        self.field_counts: dict[int, tuple[P4Type, int]] = {}
+        for decl in program.decls:
+            self.declaration_order[id(decl)] = len(self.declaration_order)
+            if isinstance(decl, ast.ControlDecl):
+                for local in decl.locals:
+                    self.declaration_order[id(local)] = len(self.declaration_order)
+
+    def declared_before(self, first: ast.Decl, second: ast.Decl) -> bool:
+        """Whether ``first`` comes before ``second`` in the source (actions, controls)."""
+        order = self.declaration_order
+        return order.get(id(first), -1) < order.get(id(second), -1)
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{next(self.counter)}"

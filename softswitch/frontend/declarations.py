@@ -5,6 +5,7 @@ from __future__ import annotations
 from softswitch.frontend import ast
 from softswitch.frontend.errors import CompileError
 from softswitch.frontend.expressions import ExpressionLowering
+from softswitch.frontend.limits import MAX_TYPE_FIELDS
 from softswitch.frontend.scope import (
     Scope,
     VarEntry,
@@ -26,10 +27,27 @@ V1SWITCH_BLOCKS = ("parser", "verify_checksum", "ingress", "egress", "compute_ch
 class DeclarationPass(ExpressionLowering):
     """Records top-level declarations and checks that main is a well-formed V1Switch."""
 
+    def field_count(self, t: P4Type) -> int:
+        """Fields a value of ``t`` holds (MAX_TYPE_FIELDS), nested ones counted in full.
+
+        Counted once per declared type and looked up by identity: walking (or hashing)
+        a struct of structs again at every use takes time exponential in its depth."""
+        if not isinstance(t, HeaderT | StructT):
+            return 1
+        known = self.field_counts.get(id(t))
+        if known is not None:
+            return known[1]
+        count = (1 if isinstance(t, HeaderT) else 0) + sum(
+            self.field_count(ft) for _, ft in t.fields
+        )
+        self.field_counts[id(t)] = (t, count)
+        return count
+
     def declare(self, decl: ast.Decl) -> None:
         if isinstance(decl, ast.HeaderDecl | ast.StructDecl):
             fields: list[tuple[str, P4Type]] = []
             seen: set[str] = set()
+            total = 1 if isinstance(decl, ast.HeaderDecl) else 0  # its validity
             for f in decl.fields:
                 if f.name in seen:
                     raise CompileError(f.loc, f"field {f.name} is declared twice in {decl.name}")
@@ -49,6 +67,13 @@ class DeclarationPass(ExpressionLowering):
                             f"allowed; use bit<W> or varbit<W>",
                         )
                 fields.append((f.name, ft))
+                total += self.field_count(ft)
+                if total > MAX_TYPE_FIELDS:
+                    raise CompileError(
+                        f.loc,
+                        f"{decl.name} has more than {MAX_TYPE_FIELDS:,} fields with those of "
+                        f"the headers and structs in it ({f.name} makes {total:,})",
+                    )
             if isinstance(decl, ast.HeaderDecl):
                 header = HeaderT(decl.name, tuple(fields))
                 varbits = [n for n, t in fields if isinstance(t, Varbit)]

@@ -10,11 +10,17 @@ MAX_BIT_WIDTH = 2048
 # Largest compile-time integer (bits) that constant folding may build, e.g. by shifts.
 MAX_CONSTANT_BITS = 2 * MAX_BIT_WIDTH
 
-# Deepest nesting of expressions (each parenthesised or operand expression, unary
-# operator and cast), statements (an if and the block it opens count one each) and type
+# Deepest nesting of expressions (each parenthesised or operand expression, binary
+# operator, index or slice, unary operator and cast; a chain a - b - c is (a - b) - c,
+# one level per operator), statements (an if and the block it opens count one each) and type
 # arguments, counted together. The lowered program is Python, which takes at most 200
 # nested parentheses (two per level here at most) and 100 indentation levels.
 MAX_NESTING = 64
+
+# Most fields of a header or struct, counting those of the headers and structs in it in
+# full (and a header's validity as one): each is a Python attribute of every packet's
+# headers or metadata, and structs of two structs each double per level of nesting.
+MAX_TYPE_FIELDS = 4096
 
 # Most cells of a counter or register array (each is a Python object at run time).
 MAX_EXTERN_CELLS = 1 << 20
@@ -41,6 +47,10 @@ MAX_SOURCE_BYTES = 16 << 20
 # kilobytes, and a macro doubled eighteen times makes each line 256 K copies long.
 MAX_PROGRAM_LINES = 1 << 20
 MAX_PROGRAM_CHARS = 64 << 20
+
+# Most tokens of a whole program (each is a Python object with its source location, a
+# hundred-odd bytes): a real program, v1model.p4 included, has tens of thousands.
+MAX_TOKENS = 1 << 20
 
 # Most #include directives followed in one program (each reads a file): a real program
 # follows a handful.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from softswitch.frontend import ast
 from softswitch.frontend.errors import CompileError, SourceLocation
-from softswitch.frontend.limits import MAX_BIT_WIDTH, MAX_NESTING
+from softswitch.frontend.limits import MAX_BIT_WIDTH, MAX_NESTING, MAX_TOKENS
 from softswitch.frontend.preprocess import Line
 
 _TOKEN = re.compile(
@@ -97,6 +97,9 @@ def tokenize(lines: list[Line]) -> list[Token]:
                 continue
             if kind == "id" and value in KEYWORDS:
                 kind = "kw"
+            if len(tokens) == MAX_TOKENS:
+                # Checked as tokens are made, not after: the list itself is the memory.
+                raise CompileError(loc, f"the program has more than {MAX_TOKENS:,} tokens")
             tokens.append(Token(kind, value, loc))
     last = lines[-1] if lines else Line("", "<empty>", 1)
     tokens.append(Token("eof", "", SourceLocation(last.file, last.number, len(last.text) + 1)))
@@ -130,15 +133,7 @@ class _Nesting:
         self.parser = parser
 
     def __enter__(self) -> None:
-        parser = self.parser
-        parser.depth += 1
-        if parser.depth > MAX_NESTING:
-            raise CompileError(
-                parser.tok.loc,
-                f"nested more than {MAX_NESTING} levels deep (parenthesised expressions, "
-                "unary operators and casts, statements inside if/else and blocks, and type "
-                "arguments count together); split it up",
-            )
+        self.parser.deeper(self.parser.tok.loc)
 
     def __exit__(self, *exc: object) -> None:
         self.parser.depth -= 1
@@ -151,6 +146,18 @@ class Parser:
         self.depth = 0
         # A '>>' split into two '>' while closing nested type arguments.
         self.pending_gt: Token | None = None
+
+    def deeper(self, loc: SourceLocation) -> None:
+        """One level deeper (the caller restores ``depth``); refused at ``loc`` past the limit."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise CompileError(
+                loc,
+                f"nested more than {MAX_NESTING} levels deep (parenthesised expressions, "
+                "binary operators (each one of a chain like a - b - c), slices and indexes, "
+                "unary operators and casts, statements inside if/else and blocks, and type "
+                "arguments count together); split it up",
+            )
 
     # ------------------------------------------------------------------ token helpers
 
@@ -881,19 +888,27 @@ class Parser:
             return cond
 
     def binary(self, min_level: int) -> ast.Expr:
-        """Precedence climbing: one call per operator of a higher level, not per level."""
+        """Precedence climbing: one call per operator of a higher level, not per level.
+
+        Each operator counts one level of nesting until the chain ends: ``a - b - c`` is
+        ``(a - b) - c``, and the lowered Python nests a chain of n operands n deep."""
         left = self.unary()
-        while True:
-            token = self.tok
-            operator = ">>" if self._at_shift_right() else token.text
-            level = _BINARY_LEVEL.get(operator) if token.kind == "op" else None
-            if level is None or level < min_level:
-                return left
-            self.advance()
-            if operator == ">>":
+        depth = self.depth
+        try:
+            while True:
+                token = self.tok
+                operator = ">>" if self._at_shift_right() else token.text
+                level = _BINARY_LEVEL.get(operator) if token.kind == "op" else None
+                if level is None or level < min_level:
+                    return left
                 self.advance()
-            right = self.binary(level + 1)
-            left = ast.Binary(token.loc, operator, left, right)
+                if operator == ">>":
+                    self.advance()
+                self.deeper(token.loc)
+                right = self.binary(level + 1)
+                left = ast.Binary(token.loc, operator, left, right)
+        finally:
+            self.depth = depth
 
     def _at_shift_right(self) -> bool:
         """Two adjacent '>' in an expression: the lexer keeps them apart so that
@@ -949,6 +964,15 @@ class Parser:
         return args
 
     def postfix(self, expr: ast.Expr) -> ast.Expr:
+        """Member accesses, calls, indexes and slices; each index or slice nests the
+        expression it applies to one level deeper (``x[7:0][3:0]`` like ``a - b - c``)."""
+        depth = self.depth
+        try:
+            return self._postfix(expr)
+        finally:
+            self.depth = depth
+
+    def _postfix(self, expr: ast.Expr) -> ast.Expr:
         while True:
             token = self.tok
             if self.accept("."):
@@ -963,6 +987,7 @@ class Parser:
             elif self.at("("):
                 expr = ast.Call(expr.loc, expr, self.call_args())
             elif self.accept("["):
+                self.deeper(token.loc)
                 index = self.expression()
                 if self.accept(":"):
                     low = self.expression()

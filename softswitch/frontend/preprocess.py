@@ -36,32 +36,48 @@ class Line:
     number: int
 
 
-def strip_comments(text: str) -> str:
-    """Blank ``//`` and ``/* */`` comments, keeping newlines and string literals."""
+_COMMENT_OR_STRING = re.compile(r'"|//|/\*')
+
+
+def strip_comments(text: str, filename: str = "<string>") -> str:
+    """Blank ``//`` and ``/* */`` comments, keeping newlines and string literals.
+
+    Plain text between them is copied in one piece (a character at a time takes seconds
+    on a large file). A ``/*`` never closed is a CompileError at it, as in p4c, not a
+    comment that silently swallows the rest of the file."""
     out: list[str] = []
     i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
+    while True:
+        match = _COMMENT_OR_STRING.search(text, i)
+        if match is None:
+            out.append(text[i:])
+            return "".join(out)
+        start = match.start()
+        out.append(text[i:start])
+        found = match.group(0)
+        if found == '"':
+            j = start + 1
             while j < n and text[j] != '"' and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
+            out.append(text[start : j + 1])
             i = j + 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
+        elif found == "//":
+            j = text.find("\n", start)
             j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            out.append(" " * (j - start))
             i = j
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            j = text.find("*/", start + 2)
+            if j < 0:
+                line_start = text.rfind("\n", 0, start) + 1
+                where = SourceLocation(
+                    filename, text.count("\n", 0, start) + 1, start - line_start + 1
+                )
+                raise CompileError(where, "unterminated comment: '/*' without '*/'")
+            j += 2
+            comment = text[start:j]
+            out.append(re.sub(r"[^\n]", " ", comment))
+            i = j
 
 
 def read_program(path: Path) -> str:
@@ -104,15 +120,13 @@ class Preprocessor:
         out: list[Line] = []
         # Stack of (active, seen_else) for #ifdef blocks.
         conditions: list[tuple[bool, bool]] = []
-        raw_lines = strip_comments(text).split("\n")
+        raw_lines = strip_comments(text, filename).split("\n")
         number = 0
         while number < len(raw_lines):
             line = raw_lines[number]
             number += 1
-            while line.endswith("\\") and number < len(raw_lines):
-                line = line[:-1] + " " + raw_lines[number]
-                number += 1
-                self._emit(out, Line("", filename, number - 1))
+            if line.endswith("\\") and number < len(raw_lines):
+                line, number = self._joined(out, raw_lines, number, filename)
             stripped = line.strip()
             active = all(c[0] for c in conditions)
             where = SourceLocation(filename, number, line.find("#") + 1)
@@ -163,6 +177,29 @@ class Preprocessor:
         if conditions:
             raise CompileError(SourceLocation(filename, number, 1), "#ifdef without #endif")
         return out
+
+    def _joined(
+        self, out: list[Line], raw_lines: list[str], number: int, filename: str
+    ) -> tuple[str, int]:
+        """The line ``raw_lines[number - 1]`` ends with ``\\``: that line joined with those it
+        continues into, and the number of the line after them. The parts are joined once (joining
+        one at a time is quadratic) and the length is checked as it grows."""
+        parts = [raw_lines[number - 1]]
+        length = len(parts[0])
+        while parts[-1].endswith("\\") and number < len(raw_lines):
+            parts[-1] = parts[-1][:-1]
+            part = raw_lines[number]
+            number += 1
+            length += len(part)  # the '\\' becomes a space
+            if length > MAX_LINE_CHARS:
+                raise CompileError(
+                    SourceLocation(filename, number, 1),
+                    f"a line longer than {MAX_LINE_CHARS:,} characters (joined by '\\' "
+                    "continuations)",
+                )
+            parts.append(part)
+            self._emit(out, Line("", filename, number - 1))
+        return " ".join(parts), number
 
     def _emit(self, out: list[Line], line: Line) -> None:
         """Add ``line`` to the program, refused once the program grows past the limits

@@ -66,5 +66,7 @@ class ControlContext:
     param_codes: list[str]
     actions: dict[str, ActionInfo] = field(default_factory=dict)
     in_action: bool = False
+    # The action whose body is being lowered (while in_action).
+    action: ast.ActionDecl | None = None
     uses_exit: bool = False
     applied: set[str] = field(default_factory=set)

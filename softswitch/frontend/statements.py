@@ -97,8 +97,10 @@ class StatementLowering(CallLowering):
             scope if info.control else Scope({}, self.globals),
         )
         self.ctx.in_action = True
+        caller, self.ctx.action = self.ctx.action, info.decl
         self.lower_block(info.decl.body, action_scope)
         self.ctx.in_action = False
+        self.ctx.action = caller
 
     def lower_stmt(self, stmt: ast.Stmt, scope: Scope) -> None:
         out = self.out

@@ -6,6 +6,6 @@ The traffic manager sits between :meth:`Pipeline.ingress` and
 
 from __future__ import annotations
 
-from softswitch.pipeline.core import DROP_PORT, Pipeline, Queued
+from softswitch.pipeline.core import DROP_PORT, Pipeline, PipelineError, Queued
 
-__all__ = ["DROP_PORT", "Pipeline", "Queued"]
+__all__ = ["DROP_PORT", "Pipeline", "PipelineError", "Queued"]

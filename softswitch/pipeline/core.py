@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from control.errors import UserError
 from softswitch.frontend.lowered import DROP_PORT, action_id_global
 from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
@@ -29,6 +30,12 @@ class Queued:
     length_bytes: int
     ingress_port: int
     state: Any
+
+
+class PipelineError(UserError):
+    """The generated code of a compiled program cannot be loaded: a frontend limit
+    missed something the Python compiler refuses (a target bug, but one a switch and a
+    P4Runtime client see as a one-line refusal of the program, not a crash)."""
 
 
 class Pipeline:
@@ -60,8 +67,14 @@ class Pipeline:
             namespace[counter.pyname] = self.runtime.counters[program.counter_ids[counter.name]]
         for register in lowered.registers:
             namespace[register.pyname] = self.runtime.registers[program.register_ids[register.name]]
-        code = compile(lowered.source, f"<p4 {program.name}>", "exec")
-        exec(code, namespace)
+        try:
+            code = compile(lowered.source, f"<p4 {program.name}>", "exec")
+            exec(code, namespace)
+        except Exception as error:
+            raise PipelineError(
+                f"{program.name}: the generated code cannot be loaded "
+                f"({type(error).__name__}: {str(error)[:200]})"
+            ) from None
         for control, actions in lowered.action_tables.items():
             namespace["A_" + control] = {
                 program.action_ids[name]: namespace[fn] for name, fn in actions.items()

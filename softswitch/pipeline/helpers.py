@@ -99,8 +99,9 @@ def _hash_xor16(value: int, nbits: int) -> int:
 
 
 def _hash_result(hashed: int, base: int, max_value: int) -> int:
-    """v1model ``hash``: base + hash mod max (max 0 means no reduction)."""
-    return base + (hashed % max_value if max_value else hashed)
+    """v1model ``hash``: base + hash mod max; with max 0 the result is always base
+    (v1model.p4 says so, and BMv2 does it)."""
+    return base + hashed % max_value if max_value else base
 
 
 def _lookahead(pkt: bytes, off: int, plen: int, nbits: int) -> int:
