@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import select
 import shutil
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from bmv2_tools import REPO_ROOT
+from netns_helpers import two_veth_pairs
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
@@ -42,29 +41,10 @@ NEXT_HOP_MAC = "02:00:00:00:00:cc"
 L2_PROGRAM = REPO_ROOT / "tests" / "p4progs" / "l2_stats.p4"
 
 
-def ip_command(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
-    """A namespace with veth pairs sw0–h0 and sw1–h1, IPv6 off (no stray frames)."""
-    name = f"bmvlan-{uuid.uuid4().hex[:10]}"
-    ip_command("netns", "add", name)
-    try:
-        subprocess.run(
-            ["ip", "netns", "exec", name, "sysctl", "-qw",
-             "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"],
-            check=True, capture_output=True, timeout=30,
-        )  # fmt: skip
-        for index in (0, 1):
-            ip_command("-n", name, "link", "add", f"sw{index}", "type", "veth",
-                       "peer", "name", f"h{index}")  # fmt: skip
-            for interface in (f"sw{index}", f"h{index}"):
-                ip_command("-n", name, "link", "set", interface, "up")
+    with two_veth_pairs("bmvlan") as name:
         yield name
-    finally:
-        ip_command("netns", "del", name)
 
 
 def frames_on_the_wire() -> list[bytes]:

@@ -17,11 +17,11 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netns_helpers import two_veth_pairs
 from scapy.layers.inet import IP, UDP, IPOption
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -45,35 +45,10 @@ SWITCH_MAC = "02:00:00:00:00:fe"
 NEXT_HOP_MAC = "02:00:00:00:00:bb"
 
 
-def ip_command(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
-    name = f"bmsw-{uuid.uuid4().hex[:10]}"
-    ip_command("netns", "add", name)
-    try:
-        # No IPv6 autoconfiguration chatter on the test links.
-        subprocess.run(
-            ["ip", "netns", "exec", name, "sysctl", "-qw",
-             "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"],
-            check=True, capture_output=True, timeout=30,
-        )  # fmt: skip
-        for index in (0, 1):
-            ip_command("-n", name, "link", "add", f"sw{index}", "type", "veth",
-                       "peer", "name", f"h{index}")  # fmt: skip
-            for interface in (f"sw{index}", f"h{index}"):
-                if shutil.which("ethtool"):
-                    subprocess.run(
-                        ["ip", "netns", "exec", name, "ethtool", "-K", interface,
-                         "tso", "off", "gso", "off", "gro", "off"],
-                        capture_output=True, timeout=30, check=False,
-                    )  # fmt: skip
-                ip_command("-n", name, "link", "set", interface, "up")
+    with two_veth_pairs("bmsw") as name:
         yield name
-    finally:
-        ip_command("netns", "del", name)
 
 
 @pytest.fixture(scope="module")
