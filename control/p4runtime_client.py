@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from control.addresses import is_decimal
 from control.cli import shortened
+from control.grpc_channels import wait_until_ready
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 """Trailer carrying a serialised ``google.rpc.Status`` with per-update errors."""
@@ -450,31 +450,12 @@ class P4RuntimeClient:
         Raises :class:`ConnectionLostError` when the server is not reachable in time.
         """
         channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        ready = grpc.channel_ready_future(channel)
-
-        def close_unready() -> None:
-            # gRPC polls the state for the pending future on a thread of its own, which
-            # dies with a traceback ('Cannot monitor channel state: Channel closed!')
-            # when the channel closes under it. Cancelled, the future unsubscribes, and
-            # the poller stops at its next wake-up (every 0.2 s); the channel closes then
-            # (at the latest after 2 s, should a gRPC release poll otherwise).
-            ready.cancel()
-            state = getattr(channel, "_connectivity_state", None)  # grpc's own channel
-            deadline = time.monotonic() + 2.0
-            while getattr(state, "polling", False) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            channel.close()
-
         try:
-            ready.result(timeout=self.connect_timeout_s)
+            wait_until_ready(channel, self.connect_timeout_s)
         except grpc.FutureTimeoutError:
-            close_unready()
             raise ConnectionLostError(
                 grpc.StatusCode.UNAVAILABLE, f"no P4Runtime server at {self.address}"
             ) from None
-        except BaseException:  # interrupted while waiting: nothing may leak either
-            close_unready()
-            raise
         self._channel = channel
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
         self._write_bytes = channel.unary_unary(

@@ -454,16 +454,17 @@ def _check_reachable(address: str) -> None:
     # keep Ray retrying for minutes.
     import grpc
 
+    from control.grpc_channels import wait_until_ready
+
     channel = grpc.insecure_channel(address.removeprefix(RAY_CLIENT_SCHEME))
     try:
-        grpc.channel_ready_future(channel).result(timeout=RAY_PROBE_TIMEOUT_S)
+        wait_until_ready(channel, RAY_PROBE_TIMEOUT_S)
     except grpc.FutureTimeoutError:
         raise UserError(
             f"--ray-address {address}: something listens there but does not speak gRPC "
             f"within {RAY_PROBE_TIMEOUT_S:g} s: not a Ray head"
         ) from None
-    finally:
-        channel.close()
+    channel.close()
 
 
 def _ray_outcomes(
