@@ -49,14 +49,19 @@ def split_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int] | 
 def checked_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int]:
     """(host, port) of a ``HOST:PORT`` that can ever be connected to or listened on, or a
     UserError saying why not: a host with a space or a control character, or that the
-    name codec refuses, would be retried for ever (and a newline splits log lines)."""
+    name codec refuses (a label over 63 characters), would be retried for ever, or end
+    in a traceback of ``http.client`` or the lookup (and a newline splits log lines)."""
     hostport = split_hostport(text, allow_zero=allow_zero)
     if hostport is None or "/" in text:
         raise UserError(f"{text!r} is not HOST:PORT")
-    # Imported here, as events imports this module: the checks `beamer status` makes.
-    from control.events import client_address
-
-    client_address(text)
+    host = hostport[0]
+    if any(char <= " " or char == "\x7f" for char in host):
+        raise UserError(f"{text!r}: the host {host!r} holds a space or a control character")
+    try:
+        host.encode("idna")
+    except UnicodeError as error:
+        reason = error.__cause__ or error  # the codec's own reason, not its wrapper
+        raise UserError(f"{text!r}: the host {host!r} is not a host name ({reason})") from None
     return hostport
 
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import h11
 
-from control.addresses import is_decimal, split_hostport
+from control.addresses import checked_hostport, is_decimal, split_hostport
 from control.errors import UserError
 from control.files import DuplicateKey, unique_keys
 from control.model import WEIGHT_RANGE, Experiment, Flow, Stage, TrialStage
@@ -1128,14 +1128,7 @@ def client_address(address: str | Path) -> str:
         if "\0" in text:  # no socket has such a name: connect() would raise ValueError
             raise UserError(f"{text!r}: not a socket path (it holds a NUL character)")
         return text
-    host, _ = parse_hostport(text)
-    if any(char <= " " or char == "\x7f" for char in host):
-        raise UserError(f"{text!r}: the host {host!r} holds a space or a control character")
-    try:
-        host.encode("idna")
-    except UnicodeError as error:
-        reason = error.__cause__ or error  # the codec's own reason, not its wrapper
-        raise UserError(f"{text!r}: the host {host!r} is not a host name ({reason})") from None
+    checked_hostport(text, allow_zero=True)
     return text
 
 
