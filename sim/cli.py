@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--load: must be a positive number, not {args.load}")
     strategy: Strategy = args.quantize
     executor = Executor(args.executor, args.jobs, args.ray_address)
+    executor.check_ready()
     out = None if args.out is None else output_directory(args.out)
     # Load every seed's workload here first: bad input fails before any run starts,
     # and before the output directory is made.

@@ -43,7 +43,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from tqdm import tqdm
 
-from control.addresses import split_hostport
+from control.addresses import checked_hostport
 from control.errors import UserError
 from control.interrupts import restore_handlers, unwind_on_termination
 
@@ -88,7 +88,8 @@ class Executor:
     def check_ready(self) -> None:
         """Refuse, in one line, what would stop the runs from starting: Ray not installed,
         no Ray head at ``ray_address``. Called before a command writes or deletes anything,
-        so that a refused command changes nothing (Ray itself is not imported here)."""
+        so that a refused command changes nothing (Ray itself is not imported here); the
+        runs take it as checked, and do not probe the head again."""
         if self.kind != "ray":
             return
         if importlib.util.find_spec("ray") is None:
@@ -431,11 +432,13 @@ def _ray_head(address: str) -> tuple[str, int] | None:
     None for ``auto`` (Ray finds the cluster of this node); any other form is refused."""
     if address == "auto":
         return None
-    hostport = split_hostport(address.removeprefix(RAY_CLIENT_SCHEME))
-    if hostport is None or "/" in hostport[0]:  # another scheme (http://...)
+    try:  # another scheme (http://...) is refused here too
+        return checked_hostport(address.removeprefix(RAY_CLIENT_SCHEME))
+    except UserError:
         shown = repr(address if len(address) <= 80 else address[:77] + "...")
-        raise UserError(f"--ray-address: {shown} is not HOST:PORT (or ray://HOST:PORT, or auto)")
-    return hostport
+        raise UserError(
+            f"--ray-address: {shown} is not HOST:PORT (or ray://HOST:PORT, or auto)"
+        ) from None
 
 
 def _check_reachable(address: str) -> None:
@@ -470,8 +473,6 @@ def _check_reachable(address: str) -> None:
 def _ray_outcomes(
     fn: Callable[[Item], Result], items: Sequence[Item], executor: Executor
 ) -> Iterator[tuple[int, _Outcome[Result]]]:
-    if executor.ray_address is not None:
-        _check_reachable(executor.ray_address)
     if executor.ray_address is not None and _is_loopback(executor.ray_address):
         # A head on this machine's loopback (ray start --head with the same switch):
         # this process must not announce the machine's outside address to it.
