@@ -14,6 +14,7 @@ from scapy.packet import Raw
 from softswitch.frontend import CompiledProgram, compile_file, compile_source
 from softswitch.pipeline import DROP_PORT, Pipeline
 from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
+from tests.processes import unblocked_within
 
 PROGRAMS = Path(__file__).resolve().parent / "p4progs"
 
@@ -420,3 +421,41 @@ def test_packets_for_a_multicast_group_are_dropped_as_bmv2_drops_unknown_groups(
     pipeline = Pipeline(compile_source(source, "mcast.p4"))
     assert pipeline.process(0, bytes(40)) == []
     assert pipeline.unknown_multicast_drops == 1
+
+
+SPINNING_PARSER = """
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> spin; bit<8> timed_out; }
+struct metadata { }
+struct headers { h_t h; }
+parser P(packet_in packet, out headers hdr, inout metadata meta,
+         inout standard_metadata_t standard_metadata) {
+    state start { packet.extract(hdr.h); transition spin; }
+    state spin { transition select(hdr.h.spin) { 1: spin; default: accept; } }
+}
+control V(inout headers hdr, inout metadata meta) { apply { } }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t standard_metadata) {
+    apply {
+        if (standard_metadata.parser_error == error.ParserTimeout) { hdr.h.timed_out = 1; }
+        standard_metadata.egress_spec = 1;
+    }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t standard_metadata) {
+    apply { }
+}
+control C(inout headers hdr, inout metadata meta) { apply { } }
+control D(packet_out packet, in headers hdr) { apply { packet.emit(hdr.h); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def test_a_parser_that_loops_without_extracting_times_out() -> None:
+    """A state that loops on itself would spin forever on its first packet; the parser
+    stops with error.ParserTimeout, ingress sees it, and the next packet is parsed."""
+    pipeline = Pipeline(compile_source(SPINNING_PARSER, "spin.p4"))
+    with unblocked_within(20, "a parser loop without extract"):
+        [(_port, _prio, spun)] = pipeline.process(0, bytes([1, 0]) + b"payload")
+    assert spun == bytes([1, 1]) + b"payload"
+    [(_port, _prio, plain)] = pipeline.process(0, bytes([2, 0]) + b"payload")
+    assert plain == bytes([2, 0]) + b"payload"

@@ -55,3 +55,12 @@ MAX_TOKENS = 1 << 20
 # Most #include directives followed in one program (each reads a file): a real program
 # follows a handful.
 MAX_INCLUDES = 4096
+
+# Most parser state transitions for one packet: a fixed allowance plus a few per byte
+# of the packet. A parser that extracts makes at most one transition per byte; one
+# that loops without extracting would otherwise spin forever on its first packet (it
+# hangs BMv2 too). Past the bound the parser stops with error.ParserTimeout, the P4
+# core library's error for a parser over its time, and ingress sees it in
+# parser_error like any other parser error.
+PARSER_BASE_TRANSITIONS = 1024
+PARSER_TRANSITIONS_PER_BYTE = 4

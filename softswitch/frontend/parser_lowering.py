@@ -8,6 +8,7 @@ from softswitch.frontend import ast
 from softswitch.frontend.codecs import class_name
 from softswitch.frontend.emitter import Emitter
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import PARSER_BASE_TRANSITIONS, PARSER_TRANSITIONS_PER_BYTE
 from softswitch.frontend.scope import (
     ControlContext,
     Scope,
@@ -96,11 +97,17 @@ class ParserLowering(StatementLowering):
         def goto(name: str, loc: SourceLocation) -> None:
             out(self.state_target(name, loc, numbers))
 
+        timeout = self.errors.get("ParserTimeout")
+        if timeout is None:
+            raise CompileError(decl.loc, "a parser needs error.ParserTimeout (core.p4)")
         out(f"_st = {numbers['start']}")
+        out(f"_steps = {PARSER_BASE_TRANSITIONS} + {PARSER_TRANSITIONS_PER_BYTE} * _plen")
         out("try:")
         out.indent()
         out("while True:")
         out.indent()
+        out("_steps -= 1")
+        out(f"if _steps < 0: raise _Reject({timeout})")
         for i, state in enumerate(decl.states):
             out(("if" if i == 0 else "elif") + f" _st == {numbers[state.name]}:")
             out.indent()
