@@ -43,6 +43,7 @@ from bmv2_topos.launcher import (
     EmulatedNetwork,
     TargetName,
 )
+from bmv2_topos.tcp_counters import TcpCounters, counted_between, read_counters
 from control.errors import UserError
 from control.model import Experiment, Stage, Workload
 from control.topology import Topology
@@ -73,6 +74,8 @@ class RunResult:
     """The simulator's SCT of each stage (experiment id, stage id); None: no simulator."""
     coflows: int = 0
     controller_lost: bool = False
+    tcp: TcpCounters | None = None
+    """The hosts' retransmission timeouts and retransmitted segments during the workload."""
 
     @property
     def scts_s(self) -> list[float]:
@@ -281,9 +284,12 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
                     f"emulation of {policy} (seed {seed}) did not finish in {RUN_TIMEOUT_S:g} s"
                 )
 
+        namespaces = [address.namespace for address in hosts.values() if address.namespace]
+        counted_before = read_counters(namespaces)
         with EventClient(str(network.events_socket)) as client:
             sink = ControllerOptional(client, on_lost=_warn_controller_lost)
             record = execute(hosts, workload.experiments, sink, watchdog)
+        tcp = counted_between(counted_before, read_counters(namespaces))
         controller_lost = sink.lost is not None or network.controller_exited()
     return RunResult(
         key=RunKey(policy, seed),
@@ -293,6 +299,7 @@ def run_once(options: EmulationOptions, workload: Workload, policy: str, seed: i
         predicted_sct_s=predicted_scts_s(workload, policy, options.queues),
         coflows=len(record.coflows),
         controller_lost=controller_lost,
+        tcp=tcp,
     )
 
 

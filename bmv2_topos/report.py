@@ -21,6 +21,11 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(present) if present and len(present) == len(values) else None
 
 
+def _total(values: list[int | None]) -> int | None:
+    """The sum, or None if any run has no count (a kernel that keeps none)."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
 def summary(report: EmulationReport) -> dict[str, dict[str, Any]]:
     """Per policy, the means over seeds (the ``--json`` object)."""
     result: dict[str, dict[str, Any]] = {}
@@ -38,6 +43,10 @@ def summary(report: EmulationReport) -> dict[str, dict[str, Any]]:
             "sim_avg_sct_s": predicted,
             "emu_over_sim": None if predicted is None else avg / predicted,
             "per_seed_avg_sct_s": {str(run.key.seed): run.avg_sct_s for run in runs},
+            "rtos": _total([None if run.tcp is None else run.tcp.timeouts for run in runs]),
+            "retransmitted_segments": _total(
+                [None if run.tcp is None else run.tcp.retransmitted_segments for run in runs]
+            ),
         }
     if "fair" in result:
         fair = result["fair"]["avg_sct_s"]
@@ -52,7 +61,7 @@ def table(report: EmulationReport) -> str:
     width = max([12, *(len(run.key.policy) for run in report.runs)])
     header = (
         f"{'policy':<{width}} {'seed':>4} {'stages':>6} {'avg SCT s':>10} {'p95 SCT s':>10} "
-        f"{'slowdown':>9} {'sim avg s':>10} {'emu/sim':>8}"
+        f"{'slowdown':>9} {'sim avg s':>10} {'emu/sim':>8} {'RTOs':>6}"
     )
     lines = [header, "-" * len(header)]
     for run in report.runs:
@@ -64,7 +73,8 @@ def table(report: EmulationReport) -> str:
         lines.append(
             f"{policy:<{width}} {'mean':>4} {values['stages']:>6} {values['avg_sct_s']:>10.2f} "
             f"{values['p95_sct_s']:>10.2f} {values['avg_slowdown']:>9.2f} "
-            f"{_fmt(values['sim_avg_sct_s']):>10} {_fmt(values['emu_over_sim']):>8}"
+            f"{_fmt(values['sim_avg_sct_s']):>10} {_fmt(values['emu_over_sim']):>8} "
+            f"{_count(values['rtos']):>6}"
             + ("" if vs_fair is None or policy == "fair" else f"   {vs_fair:.2f}x fair")
         )
     return "\n".join(lines)
@@ -74,8 +84,13 @@ def _row(policy: str, seed: str, run: RunResult, width: int) -> str:
     return (
         f"{policy:<{width}} {seed:>4} {len(run.stages):>6} {run.avg_sct_s:>10.2f} "
         f"{run.p95_sct_s:>10.2f} {run.avg_slowdown:>9.2f} "
-        f"{_fmt(run.predicted_avg_sct_s):>10} {_fmt(run.emu_over_sim):>8}"
+        f"{_fmt(run.predicted_avg_sct_s):>10} {_fmt(run.emu_over_sim):>8} "
+        f"{_count(None if run.tcp is None else run.tcp.timeouts):>6}"
     )
+
+
+def _count(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
 
 
 OUTPUT_NAMES = ("stages.csv", "summary.csv", "sct_cdf.png", "avg_sct.png")
@@ -121,6 +136,8 @@ def output_contents(report: EmulationReport, directory: Path) -> dict[Path, byte
             "sim_avg_sct_s",
             "emu_over_sim",
             "wall_s",
+            "rtos",
+            "retransmitted_segments",
         ],
         (
             [
@@ -133,6 +150,8 @@ def output_contents(report: EmulationReport, directory: Path) -> dict[Path, byte
                 _fmt(run.predicted_avg_sct_s, 4),
                 _fmt(run.emu_over_sim, 4),
                 f"{run.wall_s:.2f}",
+                _count(None if run.tcp is None else run.tcp.timeouts),
+                _count(None if run.tcp is None else run.tcp.retransmitted_segments),
             ]
             for run in report.runs
         ),

@@ -254,3 +254,32 @@ def test_hosts_connect_with_the_chosen_congestion_control(topology_path: Path) -
 
         with netns.namespace_executor(network.host_namespace(sender.name)) as executor:
             assert executor.submit(connect).result(timeout=10).rstrip(b"\0") == b"reno"
+
+
+def test_a_whole_run_reports_the_hosts_retransmission_timeouts(
+    topology_path: Path, tmp_path: Path
+) -> None:
+    """``beamer emulate`` ends with each run's RTO count beside its stage times, read
+    from the host namespaces (a count, not ``n/a``), in the table, JSON and CSV alike."""
+    _require_policies()
+    from workloads import json_format
+
+    experiments = _contending()
+    workload = tmp_path / "contending.json"
+    json_format.write(Workload(3, RATE_MBPS * 1e6, experiments), workload)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "control.cli", "emulate", "--topo", str(topology_path),
+        "--workload", str(workload), "--policies", "beamer", "--seed", "1", "--out", str(out),
+    ]  # fmt: skip
+    finished = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert finished.returncode == 0, finished.stderr
+    rows = [line.split() for line in finished.stdout.splitlines() if line.startswith("beamer")]
+    assert rows and all(row[-1].isdigit() for row in rows), finished.stdout
+    summary_rows = (out / "summary.csv").read_text().splitlines()
+    header = summary_rows[0].split(",")
+    run = dict(zip(header, summary_rows[1].split(","), strict=True))
+    assert run["rtos"] == rows[0][-1]
+    assert run["retransmitted_segments"].isdigit()

@@ -40,6 +40,7 @@ from bmv2_topos.launcher import (
     EmulatedNetwork,
     TargetName,
 )
+from bmv2_topos.tcp_counters import counted_between, read_counters
 from control.errors import UserError
 from control.files import atomic_write_all_bytes, csv_bytes
 from control.model import Experiment, Workload
@@ -343,11 +344,14 @@ def run_search(
                 verbose=0,
             ),
         )
+        namespaces = [network.host_namespace(host.name) for host in topology.hosts]
+        counted_before = read_counters(namespaces)
         with StatusSampler(str(network.events_socket)) as sampler:
             try:
                 grid = tuner.fit()
             finally:
                 callback.close()
+        tcp = counted_between(counted_before, read_counters(namespaces))
         if failure:
             raise failure[0]
         if grid.errors:
@@ -373,6 +377,7 @@ def run_search(
         predicted_sct_s=predicted_scts_s(workload, policy, options.queues),
         coflows=sum(t.ran * t.iterations for t in timings if t.completed_s is not None),
         controller_lost=controller_lost,
+        tcp=tcp,
     )
     metrics = best.metrics or {}
     outcome = SearchOutcome(
