@@ -127,7 +127,8 @@ class SwitchCounters:
     ingress_drops: int = 0
     """The program dropped them in ingress (mark_to_drop, egress_spec 511, parse errors)."""
     unknown_port_drops: int = 0
-    """Sent to a port number that no interface is attached to."""
+    """Sent to a port number that no interface is attached to (egress ran, as on
+    simple_switch, then the frame was lost)."""
     priority_drops: int = 0
     """Priority at or above the number of queues, dropped like simple_switch does."""
     tail_drops: int = 0
@@ -306,7 +307,7 @@ class Switch:
         for queued in copies:
             egress = ports.get(queued.egress_port)
             if egress is None:
-                counters.unknown_port_drops += 1
+                self._egress_to_no_port(pipeline, queued)
                 continue
             outcome = egress.enqueue(queued, queued.priority, queued.length_bytes, now_s)
             if outcome is EnqueueOutcome.QUEUED:
@@ -316,6 +317,25 @@ class Switch:
             else:
                 counters.priority_drops += 1
         return touched
+
+    def _egress_to_no_port(self, pipeline: PacketPipeline, queued: QueuedPacket) -> None:
+        """A packet sent to a port with no interface: as on simple_switch, a priority
+        beyond the queues drops it at once; otherwise egress runs (its counters and
+        registers see the packet) and the frame is lost where it would be sent."""
+        counters = self.counters
+        if not 0 <= queued.priority < self.traffic_manager.priority_queues:
+            counters.priority_drops += 1
+            return
+        try:
+            frame = pipeline.egress(queued)
+        except Exception:
+            counters.pipeline_errors += 1
+            log.exception("egress failed on a packet to port %d", queued.egress_port)
+            return
+        if frame is None:
+            counters.egress_drops += 1
+        else:
+            counters.unknown_port_drops += 1
 
     def _service(self, now_s: float) -> None:
         """Run egress for every packet whose transmission may start by ``now_s``."""

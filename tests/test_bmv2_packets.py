@@ -244,3 +244,37 @@ def test_same_frames_out_of_bmv2_and_the_embedded_target(name: str) -> None:
         assert sorted(f.hex() for f in embedded[port]) == sorted(f.hex() for f in bmv2[port]), (
             f"port {port}"
         )
+
+
+def _queue_counts_after(
+    target: str, case: Case
+) -> tuple[dict[int, list[bytes]], dict[int, tuple[int, int]]]:
+    with switch_under_test(target, case.source, case.ports) as switch:
+        switch.insert(case.entries)
+        received = switch.exchange(case.frames)
+        counter_id = switch.names.counter("queue_counter").id
+        return received, switch.client.read_counter(counter_id)
+
+
+def test_egress_counts_a_packet_sent_to_a_port_with_no_interface_as_bmv2_does() -> None:
+    """beamer.p4's queue counter runs in egress: BMv2 runs egress for a port number
+    with no interface and loses the frame after it; so must the embedded target."""
+    case = beamer_case()
+    case.entries.append(
+        entry(
+            "ipv4_lpm",
+            [("hdr.ipv4.dstAddr", Lpm(ipv4("10.0.6.0"), 24))],
+            "ipv4_forward",
+            [("dstAddr", mac(MAC_C)), ("port", 7)],
+        )
+    )
+    to_nowhere = bytes(
+        Ether(src=MAC_A, dst=MAC_SW) / IP(src="10.0.0.1", dst="10.0.6.6") / UDP() / Raw(b"n" * 10)
+    )
+    case.frames = [(0, to_nowhere)] * 3
+    bmv2_frames, bmv2_counts = _queue_counts_after("bmv2", case)
+    embedded_frames, embedded_counts = _queue_counts_after("embedded", case)
+    assert all(not frames for frames in bmv2_frames.values())
+    assert all(not frames for frames in embedded_frames.values())
+    assert bmv2_counts == embedded_counts
+    assert bmv2_counts[0] == (3 * len(to_nowhere), 3)

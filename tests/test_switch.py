@@ -171,6 +171,35 @@ def test_drops_are_counted_by_cause_and_the_switch_keeps_forwarding() -> None:
     assert [t for _, _, t in out(switch, 1)] == [7]
 
 
+def test_a_packet_to_no_port_goes_through_egress_unless_its_priority_has_no_queue() -> None:
+    """As on simple_switch: egress runs for a port with no interface (the frame is lost
+    after it), a priority beyond the queues drops first, and an egress drop counts as
+    such."""
+    switch, _ = make_switch(priority_queues=4)
+    seen: list[int] = []
+
+    class Counting(TwoBytePipeline):
+        drop_in_egress = False
+
+        def egress(self, queued: TwoByteQueued, enq_qdepth: int = 0) -> bytes | None:
+            seen.append(queued.egress_port)
+            return None if self.drop_in_egress else super().egress(queued, enq_qdepth)
+
+    pipeline = Counting()
+    switch.set_pipeline(pipeline)
+    switch.send(0, frame(9, 3, 0))
+    switch.send(0, frame(9, 5, 0))  # no queue 5 of 4
+    pipeline.drop_in_egress = True
+    switch.send(0, frame(9, 0, 0))
+    counters = switch.counters
+    assert seen == [9, 9]
+    assert (counters.unknown_port_drops, counters.priority_drops, counters.egress_drops) == (
+        1,
+        1,
+        1,
+    )
+
+
 def test_egress_drop_is_counted() -> None:
     switch, _ = make_switch()
 

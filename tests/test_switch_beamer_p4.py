@@ -111,6 +111,28 @@ def test_tail_drop_and_queue_counters_with_beamer_p4(switch: Switch) -> None:
     assert cell.byte_count == sum(len(d.frame) for d in departures)
 
 
+def test_a_packet_to_a_port_with_no_interface_still_runs_egress(switch: Switch) -> None:
+    """simple_switch runs egress for any egress port and loses the frame on transmit:
+    beamer.p4's queue counter counts it, the switch counts the frame lost."""
+    switch.tables.table_add("ipv4_lpm", {"hdr.ipv4.dstAddr": ("10.0.6.0", 24)}, "ipv4_forward",
+                            [NEXT_HOP_MAC, 7])  # fmt: skip
+    to_nowhere = bytes(
+        Ether(src="02:00:00:00:00:01", dst=SWITCH_MAC)
+        / IP(src="10.0.1.1", dst="10.0.6.6", options=[beamer_tag(EXPERIMENT, STAGE, COFLOW)])
+        / UDP(sport=1234, dport=5678)
+    )
+    for _ in range(3):
+        switch.send(1, to_nowhere)
+    switch.run_until_idle()
+    assert switch.pipeline is not None
+    runtime = switch.pipeline.runtime
+    (queue_counter,) = [c for c in runtime.counters.values() if c.name.endswith("queue_counter")]
+    cell = queue_counter.read(COFLOW_CLASS)
+    assert (cell.packet_count, cell.byte_count) == (3, 3 * len(to_nowhere))
+    assert switch.counters.unknown_port_drops == 3
+    assert switch.ports[2].take() == []  # type: ignore[attr-defined]
+
+
 def test_malformed_and_fuzzed_frames_never_stop_the_switch(switch: Switch) -> None:
     import random
 
