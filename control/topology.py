@@ -48,6 +48,27 @@ _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,14}")
 
 _TOP_KEYS = {"name", "switches", "hosts", "links", "description"}
 _SWITCH_KEYS = {"name", "device_id", "grpc_addr", "thrift_port", "target"}
+
+
+def _not_a_host_address(ip: ipaddress.IPv4Address, prefix_len: int) -> str | None:
+    """What makes ``ip`` unusable as a host's own address on its subnet, if anything: the
+    kernel would refuse it, or keep its packets to itself, or send them to everyone."""
+    if ip.is_unspecified:
+        return "the unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_reserved or ip == ipaddress.IPv4Address("255.255.255.255"):
+        return "a reserved address"
+    subnet = ipaddress.IPv4Network(f"{ip}/{prefix_len}", strict=False)
+    if prefix_len <= 30 and ip == subnet.network_address:
+        return f"the network address of {subnet}"
+    if prefix_len <= 30 and ip == subnet.broadcast_address:
+        return f"the broadcast address of {subnet}"
+    return None
+
+
 _HOST_KEYS = {"name", "ip", "prefix_len", "mac"}
 _LINK_KEYS = {"node1", "port1", "node2", "port2", "rate_mbps"}
 
@@ -407,6 +428,9 @@ class _Parser:
                 raise self.fail(f"{field}.ip", f"{ip} is already used by hosts[{ips[ip]}]")
             ips[ip] = index
             prefix_len = self.integer(obj.get("prefix_len", 24), f"{field}.prefix_len", 1, 32)
+            problem = _not_a_host_address(ip, prefix_len)
+            if problem is not None:
+                raise self.fail(f"{field}.ip", f"{ip} is {problem}; a host needs a unicast address")
             mac = self.string(self.required(obj, "mac", f"{field}.mac"), f"{field}.mac").lower()
             if _MAC_RE.fullmatch(mac) is None:
                 raise self.fail(f"{field}.mac", f"{mac!r} is not a MAC address aa:bb:cc:dd:ee:ff")

@@ -99,6 +99,7 @@ def test_a_topology_whose_routes_overflow_the_forwarding_table_is_refused() -> N
         {
             "name": f"h{i}",
             "ip": f"10.0.{i >> 8}.{i & 255}",
+            "prefix_len": 16,
             "mac": f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",
         }
         for i in range(1, 1198)

@@ -387,7 +387,8 @@ def test_a_topology_at_the_size_limits_loads() -> None:
     hosts = [
         {
             "name": f"h{i}",
-            "ip": f"10.0.{i >> 8}.{i & 255}",
+            "ip": f"10.0.{(i + 1) >> 8}.{(i + 1) & 255}",
+            "prefix_len": 16,
             "mac": f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",
         }
         for i in range(MAX_HOSTS)
@@ -474,3 +475,32 @@ def test_routes_search_once_per_switch_with_hosts_and_share_what_routes_hold(
             for switch, switch_routes in topology.routes().items()
         }
         assert derived == _reference_routes(topology)
+
+
+@pytest.mark.parametrize(
+    ("ip", "prefix_len", "problem"),
+    [
+        ("0.0.0.0", 24, "the unspecified address"),
+        ("127.0.0.5", 24, "a loopback address"),
+        ("224.0.0.5", 24, "a multicast address"),
+        ("255.255.255.255", 24, "a reserved address"),
+        ("240.0.0.1", 24, "a reserved address"),
+        ("10.0.0.255", 24, "the broadcast address of 10.0.0.0/24"),
+        ("10.0.0.0", 24, "the network address of 10.0.0.0/24"),
+        ("10.0.1.255", 16, None),
+        ("10.0.0.9", 31, None),
+    ],
+)
+def test_a_host_address_must_be_unicast_on_its_subnet(
+    ip: str, prefix_len: int, problem: str | None
+) -> None:
+    """Such an address built a network and then failed in the middle of a run (the kernel
+    refused it, kept the host's packets to itself, or sent them to every host)."""
+    document = _single_switch()
+    document["hosts"][1].update(ip=ip, prefix_len=prefix_len)
+    if problem is None:
+        assert parse_topology(document).hosts[1].ip == ipaddress.IPv4Address(ip)
+        return
+    with pytest.raises(UserError) as refused:
+        parse_topology(document)
+    assert f"hosts[1].ip: {ip} is {problem}; a host needs a unicast address" in str(refused.value)
