@@ -3,9 +3,10 @@
 Layout of one run with id ``abcde`` (prefix ``bmabcde-``):
 
 * one namespace per host, ``bmabcde-h1`` …, holding that host's ``eth0``;
-* one namespace for the fabric, ``bmabcde-sw``, holding every switch end
-  (``s1-eth3`` is port 3 of switch s1), every switch process and the
-  controller. Their P4Runtime and event ports live on that namespace's own
+* one namespace for the fabric, ``bmabcde-sw`` (so no host may be named
+  ``sw``), holding every switch end (``s1-eth3`` is port 3 of switch s1; a
+  long switch name is shortened, see :func:`switch_interface`), every switch
+  process and the controller. Their P4Runtime and event ports live on that namespace's own
   loopback, so runs never collide with each other or with services of the
   machine on ``127.0.0.1:9559``. Host agents reach the controller through
   its Unix socket in the run directory (filesystem, not network).
@@ -26,14 +27,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
+from control.addresses import split_hostport
 from control.errors import UserError
 from control.interrupts import restore_handlers, unwind_on_termination
 from control.topology import Endpoint, Topology
@@ -43,6 +47,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_P4 = REPO_ROOT / "p4src" / "beamer.p4"
 EVENTS_ADDR = "127.0.0.1:9100"
 """The controller's HTTP port, on the fabric namespace's loopback."""
+EVENTS_PORT = int(EVENTS_ADDR.rpartition(":")[2])
+FABRIC_NAME = "sw"
+"""The fabric namespace's suffix after the run's prefix; host namespaces use the host's name."""
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 DEFAULT_QUEUE_DEPTH_PACKETS = 256
 READY_TIMEOUT_S = 60.0
@@ -73,10 +81,55 @@ class ManagedProcess:
         return " | ".join(line.strip() for line in text[-lines:])
 
 
-def switch_interface(switch: str, port: int) -> str:
-    """``s1-eth3``; long switch names fall back to a short form within 15 characters."""
+def switch_interface(switch: str, port: int, index: int = 0) -> str:
+    """``s1-eth3`` for port 3 of switch s1, within 15 characters (the kernel's limit).
+
+    A name too long for that becomes the switch name's first 4 characters, the
+    switch's ``index`` in the topology and ``-p<port>``: unique per switch and
+    port, and never equal to a long form, which always ends in ``-eth<port>``.
+    """
     name = f"{switch}-eth{port}"
-    return name if len(name) <= 15 else f"{switch[:6]}-p{port}"
+    return name if len(name) <= 15 else f"{switch[:4]}{index}-p{port}"
+
+
+def switch_listen_address(grpc_addr: str, field: str) -> tuple[str, int]:
+    """Host and port a switch's ``grpc_addr`` listens on (an IPv6 host in brackets)."""
+    hostport = split_hostport(grpc_addr)
+    if hostport is None:
+        raise UserError(f"{field}: {grpc_addr!r} is not HOST:PORT")
+    return hostport
+
+
+def _hold_interrupts() -> tuple[dict[int, Any], list[int]]:
+    """Record Ctrl-C, SIGTERM and SIGHUP instead of raising them (main thread only).
+
+    A second Ctrl-C during teardown would otherwise cut it short and leave the
+    namespaces behind. Returns the handlers to give back and the signals seen.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return {}, received
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous: dict[int, Any] = {}
+    for signum in HELD_SIGNALS:
+        previous[signum] = signal.signal(signum, record)
+    return previous, received
+
+
+def _release_interrupts(previous: dict[int, Any], received: list[int]) -> None:
+    """Give the handlers back, then act on the first held signal as they would have."""
+    for signum, handler in previous.items():
+        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    if not received:
+        return
+    handler = previous.get(received[0])
+    if callable(handler):
+        handler(received[0], None)  # Python's Ctrl-C handler or unwind_on_termination's
+    elif handler in (signal.SIG_DFL, None):
+        signal.raise_signal(received[0])
 
 
 def spawn_prefix(namespace: str, niceness: int) -> list[str]:
@@ -202,7 +255,7 @@ class EmulatedNetwork:
 
     @property
     def fabric_namespace(self) -> str:
-        return f"{self.prefix}sw"
+        return f"{self.prefix}{FABRIC_NAME}"
 
     def host_namespace(self, host: str) -> str:
         return f"{self.prefix}{host}"
@@ -213,7 +266,33 @@ class EmulatedNetwork:
 
     # --- lifecycle -------------------------------------------------------------------
 
+    def check_topology(self) -> None:
+        """Refuse, in one line, what would only fail once the network is built."""
+        topology = self.topology
+        for index, host in enumerate(topology.hosts):
+            if host.name == FABRIC_NAME:
+                raise UserError(
+                    f"{topology.source}: hosts[{index}].name: {host.name!r} is reserved "
+                    "(the fabric namespace's name); rename the host"
+                )
+        for index, switch in enumerate(topology.switches):
+            field_name = f"{topology.source}: switches[{index}]"
+            _, port = switch_listen_address(switch.grpc_addr, f"{field_name}.grpc_addr")
+            target = switch.target or self.target
+            clashes = [("grpc_addr", port)]
+            if target == "bmv2" and switch.thrift_port is not None:
+                clashes.append(("thrift_port", switch.thrift_port))
+            for key, used in clashes:
+                if used == EVENTS_PORT:
+                    raise UserError(
+                        f"{field_name}.{key}: port {used} is the controller's event port "
+                        "in the fabric namespace; pick another port"
+                    )
+            if target != "bmv2":
+                self._port_rate_bps(switch.name)
+
     def __enter__(self) -> EmulatedNetwork:
+        self.check_topology()
         netns.require_root()
         netns.require_tools("ip", "ethtool", "tc")
         netns.require_congestion_control(self.congestion_control, "congestion control")
@@ -237,14 +316,31 @@ class EmulatedNetwork:
         self.close()
 
     def close(self) -> None:
-        """Stop processes, delete namespaces, remove the run directory; idempotent."""
-        for process in self.processes.values():
-            process.log_file.close()
-        self.processes.clear()
-        if self.state is not None:
-            self.state.teardown()
-            self.state = None
-        self._restore_signal_handlers()
+        """Stop processes, delete namespaces, remove the run directory; idempotent.
+
+        Ctrl-C, SIGTERM and SIGHUP are held until everything is removed, then
+        raised: teardown always finishes.
+        """
+        previous, received = _hold_interrupts()
+        failure: BaseException | None = None
+        try:
+            for process in self.processes.values():
+                process.log_file.close()
+            self.processes.clear()
+            if self.state is not None:
+                run, self.state = self.state, None
+                try:
+                    run.teardown()
+                except Exception as error:
+                    failure = EmulationFailed(
+                        f"run {run.run_id} not fully removed ({error}); "
+                        "beamer clean removes the rest"
+                    )
+        finally:
+            _release_interrupts(previous, received)
+            self._restore_signal_handlers()
+        if failure is not None:
+            raise failure
 
     def _install_signal_handlers(self) -> None:
         self._previous_handlers = unwind_on_termination()
@@ -356,7 +452,14 @@ class EmulatedNetwork:
     def _link_end(self, endpoint: Endpoint) -> LinkEnd:
         if endpoint.port is None:
             return LinkEnd(self.host_namespace(endpoint.node), "eth0")
-        return LinkEnd(self.fabric_namespace, switch_interface(endpoint.node, endpoint.port))
+        return LinkEnd(self.fabric_namespace, self._interface(endpoint.node, endpoint.port))
+
+    @functools.cached_property
+    def _switch_indexes(self) -> dict[str, int]:
+        return {spec.name: index for index, spec in enumerate(self.topology.switches)}
+
+    def _interface(self, switch: str, port: int) -> str:
+        return switch_interface(switch, port, self._switch_indexes[switch])
 
     def _shape_bmv2_ports(self) -> None:
         """Strict priority at one rate on every shaped BMv2 port (see bmv2.py), each
@@ -366,7 +469,7 @@ class EmulatedNetwork:
         for switch in self.topology.switches:
             for port, link in self.topology.switch_ports(switch.name).items():
                 if link.rate_mbps is not None:
-                    interface = switch_interface(switch.name, port)
+                    interface = self._interface(switch.name, port)
                     lines += bmv2.htb_commands(interface, link.rate_mbps, depth)
         if lines:
             netns.run(["tc", "-n", self.fabric_namespace, "-batch", "-"], stdin="\n".join(lines))
@@ -412,7 +515,7 @@ class EmulatedNetwork:
     def _start_switches(self) -> None:
         for switch in self.topology.switches:
             ports = [
-                (port, switch_interface(switch.name, port))
+                (port, self._interface(switch.name, port))
                 for port in self.topology.switch_ports(switch.name)
             ]
             target = switch.target or self.target
@@ -446,8 +549,8 @@ class EmulatedNetwork:
                 argv.append("--no-p4")
             self._spawn(f"switch-{switch.name}", argv, niceness=self.switch_niceness)
         for switch in self.topology.switches:
-            address, _, port_text = switch.grpc_addr.rpartition(":")
-            self._wait_listening(f"switch-{switch.name}", address, int(port_text))
+            address, port = switch_listen_address(switch.grpc_addr, f"{switch.name}.grpc_addr")
+            self._wait_listening(f"switch-{switch.name}", address, port)
             if (switch.target or self.target) == "bmv2" and switch.thrift_port is not None:
                 has_thrift = netns.run_in_netns(
                     self.fabric_namespace,

@@ -9,18 +9,23 @@ pid still is the process the run started, by its start time), then the
 namespaces, whose veths go with them.
 
 Names carry the project prefix ``bm`` + a 5-hex-digit run id, short enough
-for interface names (15 characters).
+for interface names (15 characters). The owner also holds an abstract Unix
+socket named after the run id for the run's whole life: the kernel releases it
+when the owner dies (even by SIGKILL), so ``beamer clean`` can tell a live run
+from a dead one without its state file (a run using another runs directory).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,22 +40,66 @@ DEFAULT_RUNS_DIR = Path("/run/beamer")
 RUN_ID_RE = re.compile(r"^[0-9a-f]{5}$")
 OUR_NAME_RE = re.compile(r"^bm[0-9a-f]{5}-")
 STATE_FILE = "state.json"
+FRESH_S = 10.0
+"""A namespace or run directory younger than this may belong to a run still writing
+its state: ``beamer clean`` leaves it alone."""
 
 
 def runs_dir() -> Path:
-    """The directory holding one sub-directory per run (``BEAMER_RUNS_DIR`` overrides)."""
-    return Path(os.environ.get("BEAMER_RUNS_DIR", str(DEFAULT_RUNS_DIR)))
+    """The directory holding one sub-directory per run (``BEAMER_RUNS_DIR`` overrides).
+
+    An empty variable counts as unset: ``Path("")`` is the current directory, which
+    ``beamer clean`` would then search for runs."""
+    return Path(os.environ.get("BEAMER_RUNS_DIR") or str(DEFAULT_RUNS_DIR))
 
 
-def new_run_id(base: Path) -> str:
+def _claim_address(run_id: str) -> str:
+    return f"\0beamer-run-{run_id}"
+
+
+def claim_run_id(run_id: str) -> socket.socket | None:
+    """Bind the run id's abstract socket, or None when another process holds it.
+
+    Binding is atomic, so two runs never share an id, and the kernel drops the
+    claim when its holder dies: a held claim means a live owner. The socket is
+    not inherited, so a leftover child never keeps a dead run's claim.
+    """
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        claim.bind(_claim_address(run_id))
+    except OSError as error:
+        claim.close()
+        if error.errno == errno.EADDRINUSE:
+            return None
+        raise
+    return claim
+
+
+def run_id_claimed(run_id: str) -> bool:
+    """Whether a live process holds ``run_id``'s claim (the run is in progress)."""
+    try:
+        probe = claim_run_id(run_id)
+    except OSError:
+        return True  # cannot tell: leave the run alone
+    if probe is None:
+        return True
+    probe.close()
+    return False
+
+
+def new_run_id(base: Path) -> tuple[str, socket.socket]:
+    """A run id no directory, namespace or live run uses, and its claim."""
     while True:
         run_id = secrets.token_hex(3)[:5]
         prefix = f"bm{run_id}-"
         clash = (base / run_id).exists() or any(
             name.startswith(prefix) for name in netns.list_namespaces()
         )
-        if not clash:
-            return run_id
+        if clash:
+            continue
+        claim = claim_run_id(run_id)
+        if claim is not None:
+            return run_id, claim
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -88,6 +137,8 @@ class RunState:
     namespaces: list[str] = field(default_factory=list)
     processes: list[ProcessRecord] = field(default_factory=list)
     directory: Path = field(default=Path("."), repr=False)
+    claim: socket.socket | None = field(default=None, repr=False, compare=False)
+    """Held by the owner until teardown (see :func:`claim_run_id`); None when loaded."""
 
     @property
     def prefix(self) -> str:
@@ -96,12 +147,16 @@ class RunState:
     @classmethod
     def create(cls, base: Path) -> RunState:
         base.mkdir(parents=True, exist_ok=True)
-        run_id = new_run_id(base)
+        run_id, claim = new_run_id(base)
         directory = base / run_id
-        directory.mkdir(mode=0o700)
         pid = os.getpid()
-        state = cls(run_id, pid, process_start_ticks(pid) or 0, directory=directory)
-        state.save()
+        state = cls(run_id, pid, process_start_ticks(pid) or 0, directory=directory, claim=claim)
+        try:
+            directory.mkdir(mode=0o700)
+            state.save()
+        except BaseException:
+            claim.close()
+            raise
         return state
 
     @classmethod
@@ -140,20 +195,63 @@ class RunState:
         self.save()
         return record
 
+    def release(self) -> None:
+        """Give up the run id's claim: from now on the run counts as over."""
+        if self.claim is not None:
+            self.claim.close()
+            self.claim = None
+
     def teardown(self) -> list[str]:
-        """Remove everything listed; returns what was removed (for ``beamer clean``)."""
+        """Remove everything listed; returns what was removed (for ``beamer clean``).
+
+        Every step runs even when an earlier one failed or was interrupted: a
+        failed save must not leave the namespaces behind. What could not be
+        removed stays in the state file for ``beamer clean``; the first failure
+        is raised at the end.
+        """
         removed: list[str] = []
+        failures: list[BaseException] = []
+        kept: list[ProcessRecord] = []
         for record in reversed(self.processes):
-            if terminate(record):
-                removed.append(f"process {record.pid} ({record.role})")
-        self.processes.clear()
-        self.save()
-        present = set(netns.list_namespaces())
+            try:
+                if terminate(record):
+                    removed.append(f"process {record.pid} ({record.role})")
+            except BaseException as error:  # raised after the other steps
+                failures.append(error)
+                kept.insert(0, record)
+        self.processes = kept
+        try:
+            self.save()  # a racing ``beamer clean`` need not look for these processes
+        except BaseException as error:
+            failures.append(error)
+        left: list[str] = []
+        try:
+            present = set(netns.list_namespaces())
+        except BaseException as error:
+            failures.append(error)
+            present = set(self.namespaces)
         for name in reversed(self.namespaces):
-            if name in present and delete_namespace(name):
-                removed.append(f"namespace {name}")
-        self.namespaces.clear()
-        shutil.rmtree(self.directory, ignore_errors=True)
+            if not name.startswith(self.prefix):
+                continue  # never ours: a state file cannot make us delete another name
+            try:
+                if name in present and not delete_namespace(name):
+                    raise netns.CommandError(f"could not delete namespace {name}")
+                if name in present:
+                    removed.append(f"namespace {name}")
+            except BaseException as error:
+                failures.append(error)
+                left.insert(0, name)
+        self.namespaces = left
+        try:
+            if self.processes or self.namespaces:
+                self.save()
+            else:
+                shutil.rmtree(self.directory, ignore_errors=True)
+        except BaseException as error:
+            failures.append(error)
+        self.release()
+        if failures:
+            raise failures[0]
         return removed
 
 
@@ -245,15 +343,20 @@ def tagged_processes() -> list[TaggedProcess]:
 class CleanReport:
     removed: list[str] = field(default_factory=list)
     skipped_live_runs: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    """Runs whose leftovers could not all be removed, one line each."""
 
 
-def clean_leftovers(base: Path | None = None) -> CleanReport:
+def clean_leftovers(base: Path | None = None, fresh_s: float = FRESH_S) -> CleanReport:
     """Remove what dead runs left behind; runs whose owner still lives are left alone.
 
+    Only a directory whose state file names it is a run's: anything else in the
+    runs directory, even with a run-id-like name, is not ours to delete.
     Namespaces with the project prefix that no state file accounts for are
-    leftovers too (a run writes its state before creating anything), unless a
-    process of that run still has a live owner (a run using another runs
-    directory) or the namespace is only seconds old.
+    leftovers too (a run writes its state before creating anything), unless
+    their run id is still claimed by its live owner (a run using another runs
+    directory), a process of that run has a live owner, or the namespace is
+    younger than ``fresh_s``.
     """
     base = base or runs_dir()
     report = CleanReport()
@@ -261,25 +364,30 @@ def clean_leftovers(base: Path | None = None) -> CleanReport:
     live_ids: set[str] = set()
     if base.is_dir():
         for directory in sorted(base.iterdir()):
-            if not (directory.is_dir() and RUN_ID_RE.match(directory.name)):
+            if directory.is_symlink() or not directory.is_dir():
+                continue
+            if not RUN_ID_RE.match(directory.name):
                 continue
             try:
                 state = RunState.load(directory)
             except (OSError, ValueError, KeyError, TypeError):
-                # Created but not yet written, or corrupt: only its prefix can be swept.
-                if _is_fresh(directory):
+                # Being created, or not a run's at all: never removed, only protected.
+                if _is_fresh(directory, fresh_s):
                     live_ids.add(directory.name)
-                else:
-                    shutil.rmtree(directory, ignore_errors=True)
                 continue
-            if state.owner_alive():
+            if state.run_id != directory.name:
+                continue
+            if state.owner_alive() or run_id_claimed(state.run_id):
                 report.skipped_live_runs.append(state.run_id)
                 live_ids.add(state.run_id)
                 continue
             accounted.update(state.namespaces)
-            report.removed.extend(state.teardown())
+            try:
+                report.removed.extend(state.teardown())
+            except Exception as error:  # one run's failure must not stop the rest
+                report.failures.append(f"run {state.run_id}: {error}")
     for process in tagged_processes():
-        if process.owner_alive():
+        if process.owner_alive() or run_id_claimed(process.run_id):
             live_ids.add(process.run_id)
             continue
         ticks = process_start_ticks(process.pid)
@@ -288,14 +396,20 @@ def clean_leftovers(base: Path | None = None) -> CleanReport:
         if terminate(ProcessRecord(process.pid, ticks, "leftover")):
             report.removed.append(f"process {process.pid} (run {process.run_id})")
     for name in netns.list_namespaces():
-        ours = OUR_NAME_RE.match(name) and name not in accounted
-        live = name[2:7] in live_ids or _is_fresh(netns.NETNS_DIR / name)
-        if ours and not live and delete_namespace(name):
+        if not OUR_NAME_RE.match(name) or name in accounted:
+            continue
+        run_id = name[2:7]
+        if run_id in live_ids or _is_fresh(netns.NETNS_DIR / name, fresh_s):
+            continue
+        if run_id_claimed(run_id):
+            live_ids.add(run_id)
+            continue
+        if delete_namespace(name):
             report.removed.append(f"namespace {name}")
     return report
 
 
-def _is_fresh(directory: Path, age_s: float = 10.0) -> bool:
+def _is_fresh(directory: Path, age_s: float = FRESH_S) -> bool:
     try:
         return time.time() - directory.stat().st_mtime < age_s
     except FileNotFoundError:
