@@ -216,6 +216,17 @@ class Connection:
         self.receiver.close()
 
 
+class AgentError(ConnectionError):
+    """A host's socket failed (no file left, an address the kernel refuses): one line
+    naming the host and the kernel's reason."""
+
+    def __init__(self, what: str, error: OSError) -> None:
+        super().__init__(error.errno, f"{what}: {error.strerror or error}")
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 ConnectionKey = tuple[int, str, int]
 """Receiving host index, sender IP, sender port: what tells accepted connections apart."""
 
@@ -231,27 +242,37 @@ class HostAgents:
         self._pending: dict[ConnectionKey, asyncio.Future[socket.socket]] = {}
         self._executors: dict[int, ThreadPoolExecutor] = {}
         self._payload = memoryview(bytes(CHUNK_BYTES))
+        self._accept_error: AgentError | None = None
+        """Why a listener stopped accepting: every connection waiting, or to come, fails."""
 
     async def _socket_in(self, index: int) -> socket.socket:
         """A new TCP socket in host ``index``'s namespace, made without blocking the loop."""
         namespace = self.hosts[index].namespace
-        if namespace is None:
-            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        executor = self._executors.get(index)
-        if executor is None:
-            executor = self._executors[index] = netns.namespace_executor(namespace)
-        return await asyncio.get_running_loop().run_in_executor(
-            executor, functools.partial(socket.socket, socket.AF_INET, socket.SOCK_STREAM)
-        )
+        try:
+            if namespace is None:
+                return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            executor = self._executors.get(index)
+            if executor is None:
+                executor = self._executors[index] = netns.namespace_executor(namespace)
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, functools.partial(socket.socket, socket.AF_INET, socket.SOCK_STREAM)
+            )
+        except OSError as error:
+            raise AgentError(f"host {self.hosts[index].ip}: cannot open a socket", error) from None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for index, host in self.hosts.items():
             listener = await self._socket_in(index)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((host.ip, self.port))
-            listener.listen(1024)
-            listener.setblocking(False)
+            try:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind((host.ip, self.port))
+                listener.listen(1024)
+                listener.setblocking(False)
+            except OSError as error:
+                listener.close()
+                what = f"host {host.ip}: cannot listen on port {self.port}"
+                raise AgentError(what, error) from None
             self._listeners[index] = listener
             self._accept_tasks.append(loop.create_task(self._accept_loop(index, listener)))
 
@@ -270,13 +291,26 @@ class HostAgents:
 
     def _waiter(self, key: ConnectionKey) -> asyncio.Future[socket.socket]:
         if key not in self._pending:
-            self._pending[key] = asyncio.get_running_loop().create_future()
+            future = asyncio.get_running_loop().create_future()
+            if self._accept_error is not None:
+                future.set_exception(self._accept_error)
+            self._pending[key] = future
         return self._pending[key]
 
     async def _accept_loop(self, index: int, listener: socket.socket) -> None:
+        """Hand each accepted connection to its waiter; if accepting fails (no file left),
+        fail every waiter at once rather than let them wait for the run's timeout."""
         loop = asyncio.get_running_loop()
         while True:
-            conn, (peer_ip, peer_port) = await loop.sock_accept(listener)
+            try:
+                conn, (peer_ip, peer_port) = await loop.sock_accept(listener)
+            except OSError as error:
+                what = f"host {self.hosts[index].ip}: cannot accept a connection"
+                self._accept_error = AgentError(what, error)
+                for waiter in self._pending.values():
+                    if not waiter.done():
+                        waiter.set_exception(self._accept_error)
+                return
             conn.setblocking(False)
             waiter = self._waiter((index, peer_ip, peer_port))
             if waiter.done():
@@ -298,6 +332,13 @@ class HostAgents:
             waiter = self._waiter(key)
             await loop.sock_connect(sender, (self.hosts[dst].ip, self.port))
             receiver = await waiter
+        except AgentError:
+            sender.close()
+            raise
+        except OSError as error:
+            sender.close()
+            what = f"host {self.hosts[src].ip}: cannot connect to {self.hosts[dst].ip}"
+            raise AgentError(what, error) from None
         except BaseException:
             sender.close()
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,22 +147,36 @@ def output_directory_for(out: str | None, names: Sequence[str]) -> Path | None:
 
 
 def run_emulate(args: argparse.Namespace) -> int:
+    """SIGTERM and SIGHUP unwind the whole command as Ctrl-C does (not only while a
+    network is up): the simulator's prediction, the gaps between runs and the writing
+    of ``--out`` leave nothing behind either."""
+    from control.interrupts import restore_handlers, unwind_on_termination
+
+    previous = unwind_on_termination()
+    try:
+        return _run_emulate(args)
+    finally:
+        restore_handlers(previous)
+
+
+def _run_emulate(args: argparse.Namespace) -> int:
     from bmv2_topos import netns
-    from bmv2_topos.emulate import EmulationOptions, run_emulations
+    from bmv2_topos.emulate import EmulationOptions, prepare_workloads, run_emulations
     from bmv2_topos.report import OUTPUT_NAMES, summary, table, write_outputs
     from control.topology import load_topology
 
     seeds = network_seeds(args)
-    if not args.time_scale > 0:
-        raise UserError(f"--time-scale: must be positive, got {args.time_scale}")
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        raise UserError(f"--time-scale: must be a positive finite number, got {args.time_scale}")
     if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
+    if not args.workload.strip():
+        raise UserError("--workload: the option is empty (give hp-tuning or a workload file)")
+    if args.out is not None:
+        output_directory(args.out)  # the name only: the directory is made last
     policies = policy_names(args.policies, "--policies")
     topology = load_topology(args.topo)
     check_bmv2_files(args, topology)
-    out = output_directory_for(args.out, OUTPUT_NAMES)
-    netns.require_congestion_control(args.congestion_control)
-    netns.require_root()
     options = EmulationOptions(
         topology=topology,
         policies=policies,
@@ -177,15 +192,22 @@ def run_emulate(args: argparse.Namespace) -> int:
     )
     if args.queue_depth is not None:
         options = dataclasses.replace(options, queue_depth_packets=args.queue_depth)
-    report = run_emulations(options)
-    if out is not None:
-        for path in write_outputs(report, out):
-            print(f"wrote {path}", file=sys.stderr)
+    workloads = prepare_workloads(options)
+    netns.require_congestion_control(args.congestion_control)
+    netns.require_root()
+    # Made once every input is known good: a refused command leaves no empty directory.
+    out = output_directory_for(args.out, OUTPUT_NAMES)
+    report = run_emulations(options, workloads=workloads)
+    # The table first: an --out that went bad during the runs must not cost the results.
     if args.json:
         json.dump(summary(report), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
         print(table(report))
+    sys.stdout.flush()
+    if out is not None:
+        for path in write_outputs(report, out):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -199,6 +221,8 @@ def run_clean(args: argparse.Namespace) -> int:
         print(f"removed {item}")
     for run_id in report.skipped_live_runs:
         print(f"left run {run_id} alone: it is still running")
-    if not report.removed:
+    for failure in report.failures:
+        print(f"beamer clean: could not remove all of {failure}", file=sys.stderr)
+    if not report.removed and not report.failures:
         print("nothing to clean")
-    return 0
+    return 1 if report.failures else 0

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import math
+import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +56,12 @@ EMULATION_ITERATIONS_PER_UNIT = 1
 DEFAULT_TIME_SCALE = 0.6
 RUN_TIMEOUT_S = 180.0
 """A run that has not finished by then is stuck (e.g. a switch that stopped forwarding)."""
+MIN_ITERATION_S = 0.5e-3
+"""Less than any synchronisation can take: a controller event and a round trip through a
+software switch each take longer, so iterations × this bounds a trial from below."""
+FILE_MARGIN = 64
+"""Open files the command needs besides the agents' sockets (controller socket, logs,
+namespace handles, libraries)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +154,30 @@ def emulation_workload(
     spec: str, topology: Topology, seed: int, time_scale: float = DEFAULT_TIME_SCALE
 ) -> Workload:
     """The workload of one seed, sized for the topology (hosts by position in the file)."""
-    from workloads import hp_tuning
     from workloads.loader import read_file
 
+    if not spec.strip():
+        raise UserError("--workload: the option is empty (give hp-tuning or a workload file)")
     link_bps = topology_link_bps(topology)
     if spec == "hp-tuning":
+        return _hp_tuning_workload(topology, seed, link_bps, time_scale)
+    workload = read_file(Path(spec))
+    if workload.num_hosts > len(topology.hosts):
+        raise UserError(
+            f"{spec}: the workload uses {workload.num_hosts} hosts but "
+            f"{topology.source} has only {len(topology.hosts)}"
+        )
+    return dataclasses.replace(workload, link_bps=link_bps)
+
+
+def _hp_tuning_workload(
+    topology: Topology, seed: int, link_bps: float, time_scale: float
+) -> Workload:
+    """The generator's workload; its settings come from options, so are its errors named."""
+    from workloads import hp_tuning
+    from workloads.limits import SettingError
+
+    try:
         config = hp_tuning.HpTuningConfig(
             seed=seed,
             num_hosts=len(topology.hosts),
@@ -160,13 +187,26 @@ def emulation_workload(
         )
         scaled = hp_tuning.shrink(config, link_bps=link_bps, time_scale=time_scale)
         return hp_tuning.generate(scaled)
-    workload = read_file(Path(spec))
-    if workload.num_hosts > len(topology.hosts):
-        raise UserError(
-            f"{spec}: the workload uses {workload.num_hosts} hosts but "
-            f"{topology.source} has only {len(topology.hosts)}"
-        )
-    return dataclasses.replace(workload, link_bps=link_bps)
+    except SettingError as error:
+        if error.field == "num_hosts":
+            needed = max(EMULATION_WORKERS) + 1  # a parameter server takes one more host
+            raise UserError(
+                f"--topo {topology.source}: the hp-tuning workload needs at least {needed} "
+                f"hosts, the topology has {len(topology.hosts)}"
+            ) from None
+        if error.field == "link_bps":
+            raise UserError(
+                f"--topo {topology.source}: the hp-tuning workload cannot run on its links: "
+                f"{error.detail}"
+            ) from None
+        if error.field == "bytes_scale":
+            raise UserError(
+                f"--time-scale: {time_scale:g} shrinks the hp-tuning workload's "
+                "synchronisations below one byte; give a larger --time-scale"
+            ) from None
+        if error.field == "time_scale":
+            raise UserError(f"--time-scale: {time_scale:g}: {error.detail}") from None
+        raise UserError(f"--workload hp-tuning: {error}") from None
 
 
 def alone_sct_s(stage: Stage, link_bps: float) -> float:
@@ -200,6 +240,85 @@ def alone_times(workload: Workload) -> dict[tuple[int, int], float]:
         for experiment in workload.experiments
         for stage in experiment.stages
     }
+
+
+# --- checks before any network is built -------------------------------------------------
+
+
+def run_lower_bound_s(workload: Workload) -> float:
+    """Less than any run of ``workload`` can take: each experiment's arrival, then its
+    stages in sequence, each no shorter than alone (:func:`alone_sct_s`) nor than its
+    longest trial's iterations at :data:`MIN_ITERATION_S`."""
+    bound = 0.0
+    for experiment in workload.experiments:
+        total = experiment.arrival_s
+        for stage in experiment.stages:
+            iterations = max((trial.iterations for trial in stage.trials), default=0)
+            total += max(alone_sct_s(stage, workload.link_bps), iterations * MIN_ITERATION_S)
+        bound = max(bound, total)
+    return bound
+
+
+def peak_sockets(workload: Workload, hosts: int) -> int:
+    """More TCP sockets than the agents ever hold open at once.
+
+    Every flow of a trial keeps a sender and an accepted receiver for its stage; an
+    experiment runs one stage at a time but all experiments may overlap, so the sum over
+    experiments of their largest stage bounds the peak; plus one listener per host.
+    """
+    total = hosts
+    for experiment in workload.experiments:
+        total += max(
+            (
+                2 * sum(flow.src_host != flow.dst_host for t in s.trials for flow in t.sync_flows)
+                for s in experiment.stages
+            ),
+            default=0,
+        )
+    return total
+
+
+def check_workload(workload: Workload, source: str, hosts: int, time_scale_applies: bool) -> None:
+    """Refuse what would fail only once the network is up: nothing to measure, a trial
+    the controller refuses, a run longer than :data:`RUN_TIMEOUT_S`, too few files."""
+    if not any(experiment.stages for experiment in workload.experiments):
+        raise UserError(f"{source}: the workload has no experiments with stages to run")
+    for experiment in workload.experiments:
+        for stage in experiment.stages:
+            for trial in stage.trials:
+                if not trial.sync_flows:
+                    raise UserError(
+                        f"{source}: experiment {experiment.experiment_id}, stage "
+                        f"{stage.stage_id}, trial {trial.trial_id} has no flows; the controller "
+                        "needs at least one flow per iteration (leave the trial out)"
+                    )
+    bound_s = run_lower_bound_s(workload)
+    if bound_s > RUN_TIMEOUT_S:
+        change = "a smaller --time-scale" if time_scale_applies else "a shorter workload"
+        raise UserError(
+            f"{source}: a run takes at least {bound_s:.3g} s (arrivals, then stages at their "
+            f"fastest), more than the {RUN_TIMEOUT_S:g} s limit of a run; use {change}"
+        )
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    sockets = peak_sockets(workload, hosts)
+    if soft != resource.RLIM_INFINITY and sockets > soft - FILE_MARGIN:
+        raise UserError(
+            f"{source}: the workload may hold {sockets} TCP sockets open at once, more than "
+            f"the open-file limit of {soft} allows ({FILE_MARGIN} kept for the rest); "
+            "raise it with ulimit -n or use a smaller workload"
+        )
+
+
+def prepare_workloads(options: EmulationOptions) -> dict[int, Workload]:
+    """Every seed's workload, made and checked before the first network is built."""
+    workloads: dict[int, Workload] = {}
+    hp_tuning = options.workload == "hp-tuning"
+    for seed in options.seeds:
+        workload = emulation_workload(options.workload, options.topology, seed, options.time_scale)
+        source = f"--workload hp-tuning (seed {seed})" if hp_tuning else options.workload
+        check_workload(workload, source, len(options.topology.hosts), hp_tuning)
+        workloads[seed] = workload
+    return workloads
 
 
 # --- simulator prediction ---------------------------------------------------------------
@@ -249,11 +368,20 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run_emulations(options: EmulationOptions, progress: Progress = _stderr) -> EmulationReport:
-    """Every policy × seed, each on a fresh network; any failure stops with one clear error."""
+def run_emulations(
+    options: EmulationOptions,
+    progress: Progress = _stderr,
+    workloads: Mapping[int, Workload] | None = None,
+) -> EmulationReport:
+    """Every policy × seed, each on a fresh network; any failure stops with one clear error.
+
+    ``workloads``: those of :func:`prepare_workloads`, when the caller checked them already.
+    """
+    if workloads is None:
+        workloads = prepare_workloads(options)
     report = EmulationReport()
     for seed in options.seeds:
-        workload = emulation_workload(options.workload, options.topology, seed, options.time_scale)
+        workload = workloads[seed]
         for policy in options.policies:
             progress(f"emulate: policy {policy}, seed {seed}: starting")
             result = run_once(options, workload, policy, seed)
@@ -313,9 +441,17 @@ def execute(
     sink: EventSink,
     watchdog: Callable[[], None],
 ) -> RunRecord:
-    """Run the agents on a fresh event loop; connection errors become one clear line."""
+    """Run the agents on a fresh event loop; socket errors become one clear line."""
     try:
         return asyncio.run(run_workload(hosts, experiments, sink, watchdog))
-    except (ConnectionError, TimeoutError) as error:
+    except OSError as error:  # ConnectionError and TimeoutError among them
         watchdog()  # a dead switch or controller explains the broken connection best
-        raise UserError(f"emulation traffic failed: {error}") from None
+        raise UserError(f"emulation traffic failed: {_describe(error)}") from None
+
+
+def _describe(error: OSError) -> str:
+    """The error's own words, with the file limit's remedy when it ran out of files."""
+    text = str(error) or type(error).__name__
+    if error.errno in (errno.EMFILE, errno.ENFILE):
+        text += " (the open-file limit is too low for this workload: raise it with ulimit -n)"
+    return text
