@@ -7,6 +7,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from processes import unblocked_within
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -14,7 +15,6 @@ from scapy.packet import Raw
 from softswitch.frontend import CompiledProgram, compile_file, compile_source
 from softswitch.pipeline import DROP_PORT, Pipeline
 from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
-from tests.processes import unblocked_within
 
 PROGRAMS = Path(__file__).resolve().parent / "p4progs"
 

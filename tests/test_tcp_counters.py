@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from netns_helpers import ip_command
 
 from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import EmulationReport, RunKey, RunResult
@@ -21,7 +22,6 @@ from bmv2_topos.tcp_counters import (
     read_counters,
 )
 from softswitch.netns import run_in_netns
-from tests.netns_helpers import ip_command
 
 # Cut from a real /proc/net/netstat and /proc/net/snmp, read one after the other.
 PROC_TEXT = """\
