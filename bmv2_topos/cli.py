@@ -223,6 +223,11 @@ def run_clean(args: argparse.Namespace) -> int:
         print(f"left run {run_id} alone: it is still running")
     for failure in report.failures:
         print(f"beamer clean: could not remove all of {failure}", file=sys.stderr)
-    if not report.removed and not report.failures:
+    for unreadable in report.unreadable:
+        print(
+            f"left {unreadable} (its state file cannot be read: not known to be a run's; "
+            "remove it by hand if no run uses it)"
+        )
+    if not report.removed and not report.failures and not report.unreadable:
         print("nothing to clean")
     return 1 if report.failures else 0

@@ -345,6 +345,8 @@ class CleanReport:
     skipped_live_runs: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     """Runs whose leftovers could not all be removed, one line each."""
+    unreadable: list[str] = field(default_factory=list)
+    """Run-id-named directories whose state file cannot be read, left for a person."""
 
 
 def clean_leftovers(base: Path | None = None, fresh_s: float = FRESH_S) -> CleanReport:
@@ -370,10 +372,12 @@ def clean_leftovers(base: Path | None = None, fresh_s: float = FRESH_S) -> Clean
                 continue
             try:
                 state = RunState.load(directory)
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError) as error:
                 # Being created, or not a run's at all: never removed, only protected.
-                if _is_fresh(directory, fresh_s):
+                if _is_fresh(directory, fresh_s) or run_id_claimed(directory.name):
                     live_ids.add(directory.name)
+                else:
+                    report.unreadable.append(f"{directory}: {error}")
                 continue
             if state.run_id != directory.name:
                 continue

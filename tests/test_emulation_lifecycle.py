@@ -284,6 +284,11 @@ def test_clean_leaves_directories_that_only_look_like_runs(
     assert (tmp_path / "20241" / "sub" / "file").read_text() == "mine"
     assert (tmp_path / "cafe1" / "file").read_text() == "mine"
     assert report.removed == []
+    # Said, so that a person can tell a broken run's directory from their own.
+    assert sorted(line.split(":")[0] for line in report.unreadable) == [
+        str(tmp_path / "20241"),
+        str(tmp_path / "cafe1"),
+    ]
 
 
 HOLDER = """
