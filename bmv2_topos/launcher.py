@@ -27,19 +27,17 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
 from control.addresses import split_hostport
 from control.errors import UserError
-from control.interrupts import restore_handlers, unwind_on_termination
+from control.interrupts import restore_handlers, signals_held, unwind_on_termination
 from control.topology import Endpoint, Topology
 
 TargetName = Literal["embedded", "bmv2"]
@@ -50,7 +48,6 @@ EVENTS_ADDR = "127.0.0.1:9100"
 EVENTS_PORT = int(EVENTS_ADDR.rpartition(":")[2])
 FABRIC_NAME = "sw"
 """The fabric namespace's suffix after the run's prefix; host namespaces use the host's name."""
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 DEFAULT_QUEUE_DEPTH_PACKETS = 256
 READY_TIMEOUT_S = 60.0
@@ -98,38 +95,6 @@ def switch_listen_address(grpc_addr: str, field: str) -> tuple[str, int]:
     if hostport is None:
         raise UserError(f"{field}: {grpc_addr!r} is not HOST:PORT")
     return hostport
-
-
-def _hold_interrupts() -> tuple[dict[int, Any], list[int]]:
-    """Record Ctrl-C, SIGTERM and SIGHUP instead of raising them (main thread only).
-
-    A second Ctrl-C during teardown would otherwise cut it short and leave the
-    namespaces behind. Returns the handlers to give back and the signals seen.
-    """
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        return {}, received
-
-    def record(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous: dict[int, Any] = {}
-    for signum in HELD_SIGNALS:
-        previous[signum] = signal.signal(signum, record)
-    return previous, received
-
-
-def _release_interrupts(previous: dict[int, Any], received: list[int]) -> None:
-    """Give the handlers back, then act on the first held signal as they would have."""
-    for signum, handler in previous.items():
-        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-    if not received:
-        return
-    handler = previous.get(received[0])
-    if callable(handler):
-        handler(received[0], None)  # Python's Ctrl-C handler or unwind_on_termination's
-    elif handler in (signal.SIG_DFL, None):
-        signal.raise_signal(received[0])
 
 
 def spawn_prefix(namespace: str, niceness: int) -> list[str]:
@@ -321,23 +286,22 @@ class EmulatedNetwork:
         Ctrl-C, SIGTERM and SIGHUP are held until everything is removed, then
         raised: teardown always finishes.
         """
-        previous, received = _hold_interrupts()
         failure: BaseException | None = None
         try:
-            for process in self.processes.values():
-                process.log_file.close()
-            self.processes.clear()
-            if self.state is not None:
-                run, self.state = self.state, None
-                try:
-                    run.teardown()
-                except Exception as error:
-                    failure = EmulationFailed(
-                        f"run {run.run_id} not fully removed ({error}); "
-                        "beamer clean removes the rest"
-                    )
+            with signals_held():
+                for process in self.processes.values():
+                    process.log_file.close()
+                self.processes.clear()
+                if self.state is not None:
+                    run, self.state = self.state, None
+                    try:
+                        run.teardown()
+                    except Exception as error:
+                        failure = EmulationFailed(
+                            f"run {run.run_id} not fully removed ({error}); "
+                            "beamer clean removes the rest"
+                        )
         finally:
-            _release_interrupts(previous, received)
             self._restore_signal_handlers()
         if failure is not None:
             raise failure

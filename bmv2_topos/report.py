@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import statistics
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bmv2_topos.agent import StageRecord
 from bmv2_topos.emulate import EmulationReport, RunResult
 from control.errors import UserError
 from control.files import atomic_write_all_bytes, csv_bytes
+from control.interrupts import signals_held
 from sim.report import png_bytes
 
 
@@ -107,7 +103,7 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
     """``stages.csv``, ``summary.csv``, ``sct_cdf.png`` and ``avg_sct.png`` in ``directory``,
     written together or not at all."""
     contents = output_contents(report, directory)
-    with _signals_held():
+    with signals_held():
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:  # e.g. replaced by a file during the runs
@@ -115,33 +111,6 @@ def write_outputs(report: EmulationReport, directory: Path) -> list[Path]:
             raise UserError(f"{directory}: cannot write the outputs there: {reason}") from None
         atomic_write_all_bytes(contents)
     return list(contents)
-
-
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold Ctrl-C, SIGTERM and SIGHUP while the files are written (milliseconds): one
-    arriving between making a temporary file and the cleanup that removes it would leave
-    it behind. A held signal is raised again, to its own handler, once the writing ended.
-    (A signal mask would not do: the kernel hands the signal to another thread.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers, and only it runs them
-        return
-    held: list[int] = []
-
-    def hold(signum: int, _frame: FrameType | None) -> None:
-        held.append(signum)
-
-    previous = {signum: signal.signal(signum, hold) for signum in _HELD_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if held:
-            signal.raise_signal(held[0])
 
 
 def output_contents(report: EmulationReport, directory: Path) -> dict[Path, bytes]:

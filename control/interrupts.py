@@ -3,9 +3,10 @@ and what the command started is removed."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from types import FrameType
 from typing import Any
 
@@ -32,3 +33,31 @@ def restore_handlers(previous: MutableMapping[Any, Any]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     previous.clear()
+
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while the block runs, then raise the first one
+    held to the handler it would have met: work that must not stop halfway (a
+    teardown, writing files through temporaries) finishes first. A signal mask would
+    not do: the kernel may hand the signal to another thread. Only the main thread
+    may set handlers (and only it runs them); elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
