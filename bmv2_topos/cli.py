@@ -170,8 +170,6 @@ def _run_emulate(args: argparse.Namespace) -> int:
         raise UserError(f"--time-scale: must be a positive finite number, got {args.time_scale}")
     if args.queue_depth is not None and not 1 <= args.queue_depth <= 100_000:
         raise UserError(f"--queue-depth: {args.queue_depth} is out of range 1..100000")
-    if not args.workload.strip():
-        raise UserError("--workload: the option is empty (give hp-tuning or a workload file)")
     if args.out is not None:
         output_directory(args.out)  # the name only: the directory is made last
     policies = policy_names(args.policies, "--policies")
