@@ -326,16 +326,24 @@ class Switch:
         if not 0 <= queued.priority < self.traffic_manager.priority_queues:
             counters.priority_drops += 1
             return
-        try:
-            frame = pipeline.egress(queued)
-        except Exception:
-            counters.pipeline_errors += 1
-            log.exception("egress failed on a packet to port %d", queued.egress_port)
-            return
-        if frame is None:
+        if self._egress(pipeline, queued, queued.egress_port) is None:
             counters.egress_drops += 1
         else:
             counters.unknown_port_drops += 1
+
+    def _egress(
+        self, pipeline: PacketPipeline | None, queued: QueuedPacket, port: int, enq_qdepth: int = 0
+    ) -> bytes | None:
+        """The egress pipeline's frame; None when it dropped the packet or failed (an
+        exception drops that packet only, and is counted and logged)."""
+        if pipeline is None:
+            return None
+        try:
+            return pipeline.egress(queued, enq_qdepth=enq_qdepth)
+        except Exception:
+            self.counters.pipeline_errors += 1
+            log.exception("egress failed on a packet to port %d", port)
+            return None
 
     def _service(self, now_s: float) -> None:
         """Run egress for every packet whose transmission may start by ``now_s``."""
@@ -352,13 +360,7 @@ class Switch:
             dequeued = egress.dequeue(now_s)
             if dequeued is None:
                 return  # per-queue shapers hold every head back
-            frame: bytes | None = None
-            if pipeline is not None:
-                try:
-                    frame = pipeline.egress(dequeued.item, enq_qdepth=dequeued.enq_qdepth)
-                except Exception:
-                    counters.pipeline_errors += 1
-                    log.exception("egress failed on a packet to port %d", egress.port)
+            frame = self._egress(pipeline, dequeued.item, egress.port, dequeued.enq_qdepth)
             if frame is None:
                 counters.egress_drops += 1
                 egress.transmitted(dequeued.start_time_s, None)
