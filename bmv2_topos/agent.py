@@ -332,6 +332,11 @@ class HostAgents:
             waiter = self._waiter(key)
             await loop.sock_connect(sender, (self.hosts[dst].ip, self.port))
             receiver = await waiter
+            try:
+                receiver.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, option)
+            except BaseException:
+                receiver.close()
+                raise
         except AgentError:
             sender.close()
             raise
@@ -345,9 +350,25 @@ class HostAgents:
         finally:
             if key is not None:
                 self._pending.pop(key, None)
-        connection = Connection(sender, receiver)
-        connection.tag(option)
-        return connection
+        return Connection(sender, receiver)
+
+    async def connect_all(self, pairs: list[tuple[int, int]], option: bytes) -> list[Connection]:
+        """A tagged connection for each (src, dst) pair, in order. If one fails or the
+        caller is cancelled, the connections already made are closed before the error
+        propagates, rather than left open until their sockets are collected."""
+        tasks = [asyncio.ensure_future(self.connect(src, dst, option)) for src, dst in pairs]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
+            for task in tasks:
+                if not task.cancelled() and task.exception() is None:
+                    task.result().close()
+            raise
+        return [task.result() for task in tasks]
 
     async def transfer(self, connection: Connection, iteration: int, size_bytes: int) -> float:
         """Send ``size_bytes``; return when the receiver has read them (its clock)."""
@@ -465,8 +486,8 @@ class WorkloadRunner:
         try:
             # Workers connect while the first iteration computes, as training
             # processes do at start-up: handshakes are not part of any coflow.
-            connecting = asyncio.gather(
-                *(self.agents.connect(flow.src_host, flow.dst_host, first) for flow in flows)
+            connecting = asyncio.ensure_future(
+                self.agents.connect_all([(flow.src_host, flow.dst_host) for flow in flows], first)
             )
             try:
                 await asyncio.gather(connecting, asyncio.sleep(trial.compute_s))
