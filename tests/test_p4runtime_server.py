@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import code_pb2
+from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -419,6 +420,25 @@ def test_exact_read_of_one_key_and_wildcard_read_of_all_tables(target: Target) -
     }
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [("priority", 3), ("controller_metadata", 5), ("metadata", b"\x01")],
+)
+def test_a_read_of_all_tables_takes_no_other_filter(
+    target: Target, name: str, value: object
+) -> None:
+    """The spec: table_id 0 selects every table "and no other filter can be used". A
+    priority used to filter the read, which then found nothing (BMv2 ignores it)."""
+    write(target.stub, (Update.INSERT, acl_entry(b"\x06", b"\xff", priority=3)))
+    with pytest.raises(grpc.RpcError) as caught:
+        read(target.stub, table_read(0, **{name: value}))
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN  # one read request failed
+    (error,) = write_error_details(caught.value)
+    assert error.canonical_code == code_pb2.INVALID_ARGUMENT
+    assert f"takes no other filter; this one filters by {name}" in error.message
+    assert len(read(target.stub, table_read(0, counter_data=True))) == 1  # not a filter
+
+
 def test_counter_entries_write_and_read_by_index_and_wildcard(target: Target) -> None:
     write(target.stub, (Update.MODIFY, counter_entity(STAGE_BYTES, 3, (1500, 1))))
     (cell,) = read(target.stub, counter_entity(STAGE_BYTES, 3))
@@ -710,6 +730,32 @@ def test_reconcile_and_commit_keeps_the_state(target: Target) -> None:
     set_config(target.stub, program_under_test(64), SetAction.RECONCILE_AND_COMMIT)
     assert target.switch.pipeline is not running
     assert len(read(target.stub, table_read())) == 2
+
+
+def test_reconcile_with_the_running_program_keeps_the_p4info_as_sent(target: Target) -> None:
+    """Get returns the P4Info as the client sent it, also when only the P4Info changed
+    (reordered, annotated: the same program); the old one used to stay."""
+    write(target.stub, (Update.INSERT, class_entry(1, 1)))
+    running = target.switch.pipeline
+    program = program_under_test()
+    sent = p4info_pb2.P4Info()
+    sent.CopyFrom(program.p4info)
+    tables = list(sent.tables)[::-1]
+    del sent.tables[:]
+    sent.tables.extend(tables)
+    sent.tables[0].preamble.annotations.append('@brief("from another compiler")')
+    assert sent != program.p4info
+    request = SetAction(device_id=DEVICE_ID, action=SetAction.RECONCILE_AND_COMMIT)
+    request.election_id.high, request.election_id.low = ELECTION
+    request.config.p4info.CopyFrom(sent)
+    request.config.p4_device_config = program.device_config()
+    request.config.cookie.cookie = 9
+    target.stub.SetForwardingPipelineConfig(request)
+    assert target.switch.pipeline is running  # untouched
+    got = target.stub.GetForwardingPipelineConfig(GetType(device_id=DEVICE_ID)).config
+    assert got.p4info == sent
+    assert got.cookie.cookie == 9
+    assert len(read(target.stub, table_read(CLASS_TABLE))) == 1
 
 
 def test_reconcile_that_cannot_keep_the_state_changes_nothing(target: Target) -> None:

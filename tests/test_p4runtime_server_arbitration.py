@@ -224,10 +224,10 @@ def test_a_large_packet_out_is_refused_with_a_short_echo_and_the_stream_stays(
 ) -> None:
     """Echoed whole, a packet larger than the outbox would end the sender's stream (and
     cost a primary its role) though the client reads every reply."""
-    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 1 << 20)
+    monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 8 << 10)
     primary, _ = open_session(stub, sessions, (0, 5))
     packet = p4runtime_pb2.StreamMessageRequest()
-    packet.packet.payload = bytes(range(256)) * (8 << 10)  # 2 MiB
+    packet.packet.payload = bytes(range(256)) * 40  # 10 KiB, a jumbo frame
     packet.packet.metadata.add(metadata_id=1, value=b"\x07")
     primary.outgoing.put(packet)
     error = primary.next().error
@@ -235,7 +235,7 @@ def test_a_large_packet_out_is_refused_with_a_short_echo_and_the_stream_stays(
     echo = error.packet_out.packet_out
     assert echo.payload == packet.packet.payload[: service.ECHO_PAYLOAD_BYTES]
     assert list(echo.metadata) == list(packet.packet.metadata)
-    assert f"first {service.ECHO_PAYLOAD_BYTES} of {2 << 20} bytes" in error.message
+    assert f"first {service.ECHO_PAYLOAD_BYTES} of {40 * 256} payload bytes" in error.message
     insert_class_entry(stub, (0, 5))  # still the primary, on a live stream
     assert primary.final_error is None
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
 import pytest
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from test_p4runtime_server_support import (
     CLASS_TABLE,
@@ -26,13 +28,19 @@ from test_p4runtime_server_support import (
 )
 
 from control.p4runtime_client import P4RuntimeClient, WriteError
-from softswitch.p4rt import reads, service
+from softswitch.frontend import CompiledProgram
+from softswitch.frontend import program as frontend_program
+from softswitch.frontend.errors import CompileError
+from softswitch.p4rt import pipeline_config, reads, service
+from softswitch.p4rt.rpc import Aborted, BlockingContext
+from softswitch.p4rt.status import STATUS_DETAILS_KEY, P4RuntimeError, batch_status, p4_error
 from softswitch.p4runtime_server import P4RuntimeServer
 from softswitch.switch import Switch
 
 DEVICE_ID = 5
 ELECTION = (0, 7)
 Update = p4runtime_pb2.Update
+SetRequest = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
 
 @dataclass
@@ -395,6 +403,7 @@ def test_a_read_of_more_entities_than_allowed_is_refused_before_they_are_built(
 
 
 NESTED = b"\x0b" * 100_000 + b"\x0c" * 100_000
+STREAM_NESTED = b"\x0b" * 5_000 + b"\x0c" * 5_000
 TRUNCATED = b"\x0a\x05\x01"
 
 
@@ -419,10 +428,11 @@ def test_a_request_that_does_not_parse_is_invalid_argument(
     write(served, class_update(5))
 
 
-@pytest.mark.parametrize("data", [NESTED, TRUNCATED], ids=["nested", "truncated"])
+@pytest.mark.parametrize("data", [STREAM_NESTED, TRUNCATED], ids=["nested", "truncated"])
 def test_a_stream_message_that_does_not_parse_ends_only_its_stream(
     served: Served, data: bytes
 ) -> None:
+    assert len(data) <= service.MAX_STREAM_MESSAGE_BYTES  # larger ones are not parsed
     call = served.channel().stream_stream("/p4.v1.P4Runtime/StreamChannel")
     with pytest.raises(grpc.RpcError) as caught:
         list(call(iter([data]), timeout=10))
@@ -727,3 +737,367 @@ def test_reads_whose_replies_are_not_taken_give_their_slots_back(
     errors = [r.getMessage() for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
     assert errors == []
     write(served, class_update(5))
+
+
+# ----------------------------------------------------------------------------- stream messages
+
+
+def _counted_stream_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the stream messages the server parses from now on."""
+    sizes: list[int] = []
+    parse = service.parse_message
+
+    def counted(message_type: type, data: bytes) -> object:
+        if message_type is p4runtime_pb2.StreamMessageRequest:
+            sizes.append(len(data))
+        return parse(message_type, data)
+
+    monkeypatch.setattr(service, "parse_message", counted)
+    return sizes
+
+
+def test_a_stream_message_over_the_limit_is_refused_unparsed_and_the_stream_stays(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that has not even arbitrated sent one 6 MB packet-out of a million empty
+    metadata: parsed and echoed on the event loop, it held every RPC for 22 s."""
+    parsed = _counted_stream_parses(monkeypatch)
+    session = served.session()
+    packet = p4runtime_pb2.StreamMessageRequest()
+    packet.packet.payload = b"\x00"
+    for _ in range(service.MAX_STREAM_MESSAGE_BYTES // 4 + 1):  # 4 bytes each
+        packet.packet.metadata.add(metadata_id=1)
+    assert packet.ByteSize() > service.MAX_STREAM_MESSAGE_BYTES
+    session.outgoing.put(packet)
+    error = session.next().error
+    assert error.canonical_code == code_pb2.RESOURCE_EXHAUSTED
+    assert f"over the limit of {service.MAX_STREAM_MESSAGE_BYTES} bytes" in error.message
+    assert error.WhichOneof("details") == "packet_out"
+    assert not error.packet_out.HasField("packet_out")  # nothing of it echoed
+    assert parsed == []
+    session.arbitrate(DEVICE_ID, (0, 1))  # the stream goes on
+    assert session.next().arbitration.status.code == code_pb2.ALREADY_EXISTS
+    write(served, class_update(1))
+
+
+def test_an_arbitration_over_the_limit_ends_only_its_stream(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arbitration errors end the stream (spec); one too large to read is one."""
+    parsed = _counted_stream_parses(monkeypatch)
+    session = served.session()
+    session.arbitrate(DEVICE_ID, (0, 1), role="r" * (service.MAX_STREAM_MESSAGE_BYTES + 1))
+    error = final_error(session)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "over the limit" in (error.details() or "")
+    assert parsed == []
+    assert not served.primary.done.is_set()
+    write(served, class_update(2))
+
+
+def test_a_packet_out_echo_keeps_a_few_of_its_metadata(served: Served) -> None:
+    """The echo identifies the packet; copying and serialising thousands of metadata
+    into it took seconds of the event loop."""
+    session = served.session()
+    packet = p4runtime_pb2.StreamMessageRequest()
+    packet.packet.payload = b"\x00" * 64
+    for number in range(1000):
+        packet.packet.metadata.add(metadata_id=number + 1, value=b"\x01")
+    assert packet.ByteSize() <= service.MAX_STREAM_MESSAGE_BYTES
+    session.outgoing.put(packet)
+    error = session.next().error
+    assert error.canonical_code == code_pb2.PERMISSION_DENIED  # not arbitrated
+    echo = error.packet_out.packet_out
+    assert echo.payload == packet.packet.payload
+    assert list(echo.metadata) == list(packet.packet.metadata[: service.ECHO_METADATA])
+    assert f"first {service.ECHO_METADATA} of 1000 metadata" in error.message
+
+
+# ----------------------------------------------------------------------------- large batches
+
+
+def _raw_write(served: Served, data: bytes) -> grpc.RpcError | None:
+    """Send ``data`` as a WriteRequest from a connection of its own."""
+    call = served.channel().unary_unary(
+        "/p4.v1.P4Runtime/Write",
+        request_serializer=None,
+        response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+    )
+    try:
+        call(data, timeout=10)
+    except grpc.RpcError as error:
+        return error
+    return None
+
+
+def test_a_write_of_more_updates_than_allowed_is_refused_before_any_is_decoded(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300,000 empty updates took 18 s and a gigabyte before they were refused; a
+    request may hold 134 million. Past the limit a request is refused from a scan of
+    its fields, whoever sends it, before any update is decoded."""
+    monkeypatch.setattr(service, "MAX_WRITE_UPDATES", 10)
+    decoded: list[int] = []
+    decode_updates = service.decode_updates
+
+    def counted(updates: list[bytes]) -> object:
+        decoded.append(len(updates))
+        return decode_updates(updates)
+
+    monkeypatch.setattr(service, "decode_updates", counted)
+    header = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    header.election_id.high, header.election_id.low = ELECTION
+    updates = b"".join(
+        b"\x22" + bytes([update.ByteSize()]) + update.SerializeToString()
+        for update in (lpm_update(i) for i in range(11))
+    )
+    empty = b"\x22\x00" * 11
+    repeated = b"\x08" + bytes([DEVICE_ID])  # a singular field twice: protobuf's path
+    for data in (updates, empty, repeated + updates):
+        error = _raw_write(served, header.SerializeToString() + data)
+        assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "more than 10 updates" in (error.details() or "")
+    assert decoded == []
+    assert [e for r in served.stub.Read(wildcard_read(1)) for e in r.entities] == []
+    write(served, *(lpm_update(i) for i in range(10)))  # at the limit
+    assert decoded == [10]
+
+
+def _failed_batch_bytes_per_update(data: bytes, count: int) -> float:
+    """The peak of memory a Write of ``data`` (``count`` updates, every one failing)
+    allocates, per update, and check that it reports one error per update."""
+    switch = Switch()
+    switch.load_pipeline(program_under_test())
+    servicer = service.P4RuntimeServicer(switch, DEVICE_ID)
+    servicer.arbitrator.check_primary = lambda *_: 0  # type: ignore[method-assign]
+    try:
+        tracemalloc.start()
+        with pytest.raises(Aborted) as caught:
+            servicer.Write(data, BlockingContext("ipv4:127.0.0.1:1"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        switch.close()
+    ((key, trailer),) = caught.value.trailing or ()
+    status = status_pb2.Status.FromString(trailer)
+    assert key == STATUS_DETAILS_KEY and len(status.details) == count
+    return peak / count
+
+
+def test_a_failed_batch_costs_little_memory_per_update() -> None:
+    """A failed update's error used to cost ~3.4 KB until the batch reported (its
+    traceback's frames, a protobuf Error and Any each): 300,000 of them a gigabyte."""
+    count = 20_000
+    header = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID).SerializeToString()
+    alike = header + b"\x22\x00" * count  # no update type
+    assert _failed_batch_bytes_per_update(alike, count) < 600
+    # Each update (and its error) different: a type of 5 and up, each its own.
+    varied = header + b"".join(
+        b"\x22\x04\x08" + bytes([0x80 | (n & 0x7F), 0x80 | ((n >> 7) & 0x7F), (n >> 14) + 5])
+        for n in range(count)
+    )
+    assert _failed_batch_bytes_per_update(varied, count) < 2_000
+
+
+def test_a_batch_status_is_what_protobuf_would_build() -> None:
+    errors = [
+        None,
+        P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, "bad é"),
+        None,
+        P4RuntimeError(grpc.StatusCode.NOT_FOUND, "x" * 300),
+        P4RuntimeError(grpc.StatusCode.ABORTED, ""),
+        P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, "bad é"),
+    ]
+    expected = status_pb2.Status(code=code_pb2.UNKNOWN, message="4 of 6 updates failed")
+    for error in errors:
+        expected.details.add().Pack(p4_error(error))
+    assert batch_status("4 of 6 updates failed", errors) == expected.SerializeToString()
+
+
+# ----------------------------------------------------------------------------- pipeline configs
+
+
+@dataclass
+class HeldVerification:
+    """Device configs being loaded wait for ``release``; ``started`` counts them."""
+
+    release: threading.Event
+    started: threading.Semaphore
+
+    def wait_started(self, count: int = 1) -> None:
+        for _ in range(count):
+            assert self.started.acquire(timeout=10), "no verification started"
+
+
+def _hold_verifications(monkeypatch: pytest.MonkeyPatch) -> HeldVerification:
+    held = HeldVerification(threading.Event(), threading.Semaphore(0))
+
+    def load(_config: bytes) -> CompiledProgram:
+        held.started.release()
+        assert held.release.wait(30)
+        return program_under_test()
+
+    monkeypatch.setattr(pipeline_config.CompiledProgram, "from_device_config", load)
+    return held
+
+
+def _set_request(action: int, role: str = "", election: tuple[int, int] = ELECTION) -> bytes:
+    request = SetRequest(device_id=DEVICE_ID, role=role, action=action)
+    request.election_id.high, request.election_id.low = election
+    program = program_under_test()
+    request.config.p4info.CopyFrom(program.p4info)
+    request.config.p4_device_config = program.device_config()
+    return request.SerializeToString()
+
+
+def _set_in_thread(
+    stub: p4runtime_pb2_grpc.P4RuntimeStub, request: bytes, outcome: list[grpc.StatusCode]
+) -> threading.Thread:
+    def run() -> None:
+        try:
+            stub.SetForwardingPipelineConfig(SetRequest.FromString(request), timeout=30)
+            outcome.append(grpc.StatusCode.OK)
+        except grpc.RpcError as error:
+            outcome.append(error.code())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _tool(served: Served, role: str) -> StreamSession:
+    """The primary of a role of its own: any client can be one."""
+    session = served.session()
+    session.arbitrate(DEVICE_ID, (0, 1), role=role)
+    assert session.next().arbitration.status.code == code_pb2.OK
+    return session
+
+
+def test_a_config_being_verified_does_not_hold_the_switch(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 3 MB device config took 10 s to compile under the state lock, refused or not,
+    and the primary's writes waited all that time."""
+    held = _hold_verifications(monkeypatch)
+    tool = _tool(served, "tool")
+    outcome: list[grpc.StatusCode] = []
+    thread = _set_in_thread(tool.stub, _set_request(SetRequest.VERIFY, "tool", (0, 1)), outcome)
+    try:
+        held.wait_started()
+        write(served, lpm_update(1))  # served while the verification is held
+        assert len([e for r in served.stub.Read(wildcard_read(1)) for e in r.entities]) == 1
+        assert outcome == []
+    finally:
+        held.release.set()
+        thread.join(30)
+    assert outcome == [grpc.StatusCode.OK]
+
+
+def test_a_primary_replaced_while_its_config_is_verified_commits_nothing(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verified outside the lock, a config is applied only if its sender is still the
+    primary it was: else a client that lost the switch meanwhile would clear it."""
+    write(served, lpm_update(1))
+    held = _hold_verifications(monkeypatch)
+    outcome: list[grpc.StatusCode] = []
+    request = _set_request(SetRequest.VERIFY_AND_COMMIT)
+    thread = _set_in_thread(served.stub, request, outcome)
+    try:
+        held.wait_started()
+        newcomer = served.session()
+        newcomer.arbitrate(DEVICE_ID, (0, ELECTION[1] + 1))
+        assert newcomer.next().arbitration.status.code == code_pb2.OK
+    finally:
+        held.release.set()
+        thread.join(30)
+    assert outcome == [grpc.StatusCode.PERMISSION_DENIED]
+    assert len([e for r in served.stub.Read(wildcard_read(1)) for e in r.entities]) == 1
+
+
+def test_verifications_past_the_limit_are_refused(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each verification holds a worker thread; the rest stay free for the controller."""
+    held = _hold_verifications(monkeypatch)
+    threads: list[threading.Thread] = []
+    outcome: list[grpc.StatusCode] = []
+    try:
+        for number in range(service.MAX_VERIFICATIONS):
+            role = f"tool{number}"
+            request = _set_request(SetRequest.VERIFY, role, (0, 1))
+            threads.append(_set_in_thread(_tool(served, role).stub, request, outcome))
+        held.wait_started(service.MAX_VERIFICATIONS)
+        one_more = _tool(served, "one more")
+        with pytest.raises(grpc.RpcError) as caught:
+            one_more.stub.SetForwardingPipelineConfig(
+                SetRequest.FromString(_set_request(SetRequest.VERIFY, "one more", (0, 1))),
+                timeout=10,
+            )
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many pipeline configs being verified" in (caught.value.details() or "")
+        commit = SetRequest(device_id=DEVICE_ID, action=SetRequest.COMMIT)
+        commit.election_id.high, commit.election_id.low = ELECTION
+        with pytest.raises(grpc.RpcError) as caught:
+            served.stub.SetForwardingPipelineConfig(commit, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # COMMIT verifies nothing
+        write(served, lpm_update(1))
+    finally:
+        held.release.set()
+        for thread in threads:
+            thread.join(30)
+    assert outcome == [grpc.StatusCode.OK] * service.MAX_VERIFICATIONS
+
+
+def test_a_p4info_padded_with_bogus_objects_is_refused_before_its_canonical_form(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100,000 bogus tables took 15 s to refuse: the canonical form copies and sorts."""
+    canonical: list[p4info_pb2.P4Info] = []
+    monkeypatch.setattr(pipeline_config, "canonical_p4info", canonical.append)
+    request = SetRequest.FromString(_set_request(SetRequest.VERIFY))
+    for number in range(1000):
+        table = request.config.p4info.tables.add()
+        table.preamble.id, table.preamble.name = 0x02FF0000 + number, f"bogus{number}"
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.SetForwardingPipelineConfig(request, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"'tables' differs: bogus0 (id {0x02FF0000}) is not in the program" in (
+        caught.value.details() or ""
+    )
+    twice = SetRequest.FromString(_set_request(SetRequest.VERIFY))
+    twice.config.p4info.tables.add().CopyFrom(twice.config.p4info.tables[0])
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.SetForwardingPipelineConfig(twice, timeout=10)
+    assert "an id is given to more than one object" in (caught.value.details() or "")
+    assert canonical == []
+
+
+def test_a_config_without_p4info_is_refused_before_it_is_compiled(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded: list[bytes] = []
+    monkeypatch.setattr(pipeline_config.CompiledProgram, "from_device_config", loaded.append)
+    request = SetRequest.FromString(_set_request(SetRequest.VERIFY))
+    request.config.ClearField("p4info")
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.SetForwardingPipelineConfig(request, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "carries no P4Info" in (caught.value.details() or "")
+    assert loaded == []
+
+
+def test_a_p4info_of_another_config_is_refused_before_the_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fingerprint check needs no compile; it came after one (seconds for a large
+    program)."""
+    config = program_under_test().device_config()
+    other = program_under_test(99).p4info
+
+    def no_compile(*_: object) -> None:
+        raise AssertionError("compiled")
+
+    monkeypatch.setattr(frontend_program, "parse_and_lower", no_compile)
+    with pytest.raises(CompileError, match="P4Info does not belong"):
+        CompiledProgram.from_device_config(config, other)

@@ -103,11 +103,13 @@ class CompiledProgram:
             fingerprint = str(document["p4info_sha256"])
         except (KeyError, TypeError, ValueError):
             raise CompileError(None, "device config: malformed source/program fields") from None
+        # Before the compile, which takes seconds for a large program: the P4Info given
+        # must be the one the config declares, whatever the source compiles to.
+        if p4info is not None and p4info_fingerprint(p4info) != fingerprint:
+            raise CompileError(None, "the P4Info does not belong to this device config")
         program = cls(name, lines, parse_and_lower(lines, name))
         if program.fingerprint != fingerprint:
             raise CompileError(None, "device config: its P4Info fingerprint does not match")
-        if p4info is not None and p4info_fingerprint(p4info) != fingerprint:
-            raise CompileError(None, "the P4Info does not belong to this device config")
         return program
 
     # ------------------------------------------------------------------ runtime state

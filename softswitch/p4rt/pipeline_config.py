@@ -34,6 +34,13 @@ log = logging.getLogger(__name__)
 SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetType = p4runtime_pb2.GetForwardingPipelineConfigRequest
 
+_VERIFYING_ACTIONS = (
+    SetAction.VERIFY,
+    SetAction.VERIFY_AND_SAVE,
+    SetAction.VERIFY_AND_COMMIT,
+    SetAction.RECONCILE_AND_COMMIT,
+)
+
 
 class PipelineHost(Protocol):
     """What the server needs of the switch (``softswitch.switch.Switch``): its pipeline,
@@ -78,7 +85,8 @@ class ActivePipeline:
 class PipelineConfigs:
     """Committed and saved configs of one device, over the switch that runs them.
 
-    Callers serialise every method with the server's state lock.
+    Callers serialise every method but :meth:`verify` and :meth:`prepare` with the
+    server's state lock.
     """
 
     def __init__(
@@ -128,11 +136,18 @@ class PipelineConfigs:
             raise failed_precondition("no forwarding pipeline config has been set")
         return ActivePipeline(committed.index, pipeline.runtime)
 
-    def verify(self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest) -> VerifiedConfig:
-        """Load the device config, match its P4Info, build its pipeline (INVALID_ARGUMENT)."""
+    @staticmethod
+    def verify(request: p4runtime_pb2.SetForwardingPipelineConfigRequest) -> VerifiedConfig:
+        """Load the device config, match its P4Info, build its pipeline (INVALID_ARGUMENT).
+
+        Reads nothing of the device, so it needs no lock: the server verifies while writes
+        go on. What costs nothing comes first: a config without a P4Info can match no
+        program, and is refused before its device config is compiled."""
         if not request.HasField("config"):
             raise invalid("the request carries no forwarding pipeline config")
         config = request.config
+        if not config.HasField("p4info"):
+            raise invalid("the forwarding pipeline config carries no P4Info")
         try:
             program = CompiledProgram.from_device_config(config.p4_device_config)
         except UserError as error:
@@ -155,31 +170,53 @@ class PipelineConfigs:
             pipeline,
         )
 
+    def prepare(
+        self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest
+    ) -> VerifiedConfig | None:
+        """What :meth:`apply` needs of ``request``: its config verified, None for COMMIT.
+        Needs no lock (see :meth:`verify`); refuses what no device state could make
+        right (an unknown action, COMMIT with a config)."""
+        action = request.action
+        if action == SetAction.COMMIT:
+            if request.HasField("config"):
+                raise invalid("COMMIT takes no config; it commits the saved one")
+            return None
+        if action not in _VERIFYING_ACTIONS:
+            raise invalid(f"unknown pipeline config action {action}")
+        return self.verify(request)
+
+    def apply(
+        self,
+        request: p4runtime_pb2.SetForwardingPipelineConfigRequest,
+        verified: VerifiedConfig | None,
+        term: tuple[str, int] | None = None,
+    ) -> None:
+        """Carry out ``request``, ``verified`` by :meth:`prepare`, for the primary of
+        ``term`` (role, primary term). Under the state lock: this is where the device's
+        state is read and changed."""
+        self._drop_stale_save()
+        action = request.action
+        if action == SetAction.COMMIT:
+            if self._saved is None:
+                raise not_found("no saved config to commit (send VERIFY_AND_SAVE first)")
+            self._commit(self._saved)
+            return
+        assert verified is not None, "prepare verifies every action but COMMIT"
+        if action == SetAction.VERIFY_AND_SAVE:
+            self._saved = verified
+            self._saved_in = term
+        elif action == SetAction.VERIFY_AND_COMMIT:
+            self._commit(verified)
+        elif action == SetAction.RECONCILE_AND_COMMIT:
+            self._reconcile(verified)
+
     def set(
         self,
         request: p4runtime_pb2.SetForwardingPipelineConfigRequest,
         term: tuple[str, int] | None = None,
     ) -> None:
-        """Apply a request of the primary of ``term`` (role, primary term)."""
-        self._drop_stale_save()
-        action = request.action
-        if action == SetAction.VERIFY:
-            self.verify(request)
-        elif action == SetAction.VERIFY_AND_SAVE:
-            self._saved = self.verify(request)
-            self._saved_in = term
-        elif action == SetAction.VERIFY_AND_COMMIT:
-            self._commit(self.verify(request))
-        elif action == SetAction.COMMIT:
-            if request.HasField("config"):
-                raise invalid("COMMIT takes no config; it commits the saved one")
-            if self._saved is None:
-                raise not_found("no saved config to commit (send VERIFY_AND_SAVE first)")
-            self._commit(self._saved)
-        elif action == SetAction.RECONCILE_AND_COMMIT:
-            self._reconcile(self.verify(request))
-        else:
-            raise invalid(f"unknown pipeline config action {action}")
+        """:meth:`prepare` and :meth:`apply` in one (the caller holds the state lock)."""
+        self.apply(request, self.prepare(request), term)
 
     def get(self, response_type: int) -> p4runtime_pb2.ForwardingPipelineConfig | None:
         if response_type not in (
@@ -220,8 +257,12 @@ class PipelineConfigs:
             self._commit(verified)
             return
         if verified.config.device_config == committed.device_config:
+            # The P4Info as sent (it may differ from the old one in order or annotations).
             self._committed = PipelineConfig(
-                committed.program, committed.device_config, verified.config.cookie, committed.index
+                committed.program,
+                committed.device_config,
+                verified.config.cookie,
+                verified.config.index,
             )
             self._saved = None
             self._saved_in = None
@@ -302,6 +343,31 @@ def canonical_p4info(p4info: p4info_pb2.P4Info) -> p4info_pb2.P4Info:
     return canonical
 
 
+def _objects_difference(sent: p4info_pb2.P4Info, program: p4info_pb2.P4Info) -> str:
+    """The first top-level object (by field, then id) that one P4Info has and the other
+    lacks, or an id given twice; empty when both hold the same ids. Compared before the
+    canonical forms are built, which copy and sort everything: a P4Info padded with
+    100,000 bogus tables took 15 s to refuse."""
+    for descriptor in p4info_pb2.P4Info.DESCRIPTOR.fields:
+        if descriptor.label != descriptor.LABEL_REPEATED or "preamble" not in (
+            descriptor.message_type.fields_by_name
+        ):
+            continue
+        name = descriptor.name
+        mine = {item.preamble.id: item.preamble.name for item in getattr(program, name)}
+        theirs = {item.preamble.id: item.preamble.name for item in getattr(sent, name)}
+        if len(theirs) != len(getattr(sent, name)):
+            return f"'{name}' differs: an id is given to more than one object"
+        if mine.keys() == theirs.keys():
+            continue
+        object_id = min(mine.keys() ^ theirs.keys())
+        if object_id in theirs:
+            extra = f"{shorten(theirs[object_id])} (id {object_id})"
+            return f"'{name}' differs: {extra} is not in the program"
+        return f"'{name}' differs: {mine[object_id]} (id {object_id}) is missing"
+    return ""
+
+
 def p4info_difference(sent: p4info_pb2.P4Info, program: p4info_pb2.P4Info) -> str:
     """Empty when both mean the same program; otherwise what differs first.
 
@@ -310,6 +376,9 @@ def p4info_difference(sent: p4info_pb2.P4Info, program: p4info_pb2.P4Info) -> st
     """
     if sent == program:
         return ""
+    objects = _objects_difference(sent, program)
+    if objects:
+        return objects
     ours, theirs = canonical_p4info(program), canonical_p4info(sent)
     if ours == theirs:
         return ""

@@ -160,13 +160,36 @@ def _selected_entries(
         yield entry
 
 
+def _filters(request: p4runtime_pb2.TableEntry) -> list[str]:
+    """The filters a table-entry read sets besides its table id (counter_data is none:
+    it asks for the direct counters along)."""
+    filters = []
+    if len(request.match):
+        filters.append("match")
+    if request.HasField("action"):
+        filters.append("action")
+    if request.priority:
+        filters.append("priority")
+    if request.controller_metadata:
+        filters.append("controller_metadata")
+    if request.metadata:
+        filters.append("metadata")
+    if request.is_default_action:
+        filters.append("is_default_action")
+    return filters
+
+
 def _read_table_entries(
     active: ActivePipeline, request: p4runtime_pb2.TableEntry, budget: ReplyBudget
 ) -> list[bytes]:
     with_counter = request.HasField("counter_data")
     if request.table_id == 0:
-        if len(request.match) or request.is_default_action or request.HasField("action"):
-            raise invalid("a read of all tables takes no other filter")
+        filters = _filters(request)
+        if filters:
+            raise invalid(
+                "a read of all tables (table_id 0) takes no other filter; this one "
+                f"filters by {', '.join(filters)}"
+            )
         tables = [table_info(active.index, table_id) for table_id in active.index.tables]
     else:
         tables = [table_info(active.index, request.table_id)]

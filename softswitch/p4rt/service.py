@@ -12,13 +12,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from google.rpc import status_pb2
 from grpc import aio
 from p4.v1 import p4runtime_pb2
 
@@ -34,6 +33,7 @@ from softswitch.p4rt.places import StreamPlaces
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
 from softswitch.p4rt.rpc import (
     REQUEST_TIMEOUT_S,
+    Aborted,
     RpcContext,
     end_with,
     one_request,
@@ -45,15 +45,22 @@ from softswitch.p4rt.status import (
     P4RuntimeError,
     abort_with_batch_status,
     batch_aborted,
-    batch_status,
     internal,
     invalid,
     not_found,
+    permission_denied,
     shorten,
     unimplemented,
 )
-from softswitch.p4rt.wire import decode_write_request, parse_message, request_header
-from softswitch.p4rt.writes import Undo, apply_decoded_update, decode_update
+from softswitch.p4rt.wire import (
+    TooManyUpdates,
+    WriteBatch,
+    decode_write_request,
+    first_field_number,
+    parse_message,
+    request_header,
+)
+from softswitch.p4rt.writes import DecodedUpdate, Undo, apply_decoded_update, decode_updates
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +91,32 @@ READ_REPLY_TIMEOUT_S = 60.0
 # until it has it all; past this a Read is refused.
 MAX_READS = 4
 
-# A refused packet-out is echoed back with at most this much of its payload.
+# A refused packet-out is echoed back with at most this much of its payload, and at most
+# this many of its metadata (a P4Info names a handful for packet-out).
 ECHO_PAYLOAD_BYTES = 4096
+ECHO_METADATA = 16
+
+# The largest StreamChannel message read; a longer one is refused unparsed (see
+# ``_refuse_oversized``). A packet-out needs at most a jumbo frame (9,216 bytes) and a
+# few metadata, an arbitration a role name of at most 1 KiB. Messages are parsed on the
+# event loop, every RPC's, and pure-Python protobuf takes ~10 ms for 16 KiB of tiny
+# fields: a 6 MB message of a million empty metadata used to hold every RPC for 22 s.
+MAX_STREAM_MESSAGE_BYTES = 16 * 1024
+
+# Updates one WriteRequest may hold; more is refused before any is decoded. Above the
+# 100,000-entry batches clients send (the controller sends 1,000), and a bound on what
+# one request costs: a batch takes up to ~1.5 KB per update while it is applied (a good
+# table entry as much as a bad update that protobuf parses), so ~200 MB at most. A
+# 256 MiB request of 2-byte updates holds 134 million.
+MAX_WRITE_UPDATES = 1 << 17
+
+# Distinct errors one failed batch keeps a single object of (see ``_kept_error``).
+MAX_KEPT_ERRORS = 1024
+
+# SetForwardingPipelineConfig verifications at once (compiling a device config takes a
+# worker thread for up to seconds); one more is refused, so that the other workers stay
+# free for writes and reads.
+MAX_VERIFICATIONS = 2
 
 _Request = TypeVar("_Request", bound=Message)
 _Reply = TypeVar("_Reply")
@@ -120,7 +151,26 @@ class Slots:
         return release
 
 
+class Permits:
+    """At most ``limit`` holders at once, for work inside one worker thread; one more
+    is refused with RESOURCE_EXHAUSTED, not queued."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self._free = threading.BoundedSemaphore(limit)
+        self._refusal = f"too many {what} at once (limit {limit}); try again"
+
+    @contextlib.contextmanager
+    def taken(self) -> Iterator[None]:
+        if not self._free.acquire(blocking=False):
+            raise P4RuntimeError(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+        try:
+            yield
+        finally:
+            self._free.release()
+
+
 WriteRequest = p4runtime_pb2.WriteRequest
+SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest
 
 # CONTINUE_ON_ERROR is required by the spec; ROLLBACK_ON_ERROR undoes a failed batch.
 # DATAPLANE_ATOMIC is not offered: packets are processed while a batch is applied.
@@ -147,6 +197,7 @@ class P4RuntimeServicer:
         self.request_timeout_s = request_timeout_s
         self._stream_places = StreamPlaces(MAX_STREAMS, SPARE_STREAMS)
         self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
+        self._verifications = Permits(MAX_VERIFICATIONS, "pipeline configs being verified")
 
     # ------------------------------------------------------------------ Write
 
@@ -155,21 +206,9 @@ class P4RuntimeServicer:
     ) -> p4runtime_pb2.WriteResponse:
         """Apply a batch; the server hands the raw bytes here (see ``wire``)."""
         if isinstance(request, bytes):
-            self.refuse_unless_primary(request, context)
-        try:
-            batch = (
-                decode_write_request(request)
-                if isinstance(request, bytes)
-                else decode_write_request(request.SerializeToString())
-            )
-            # Every update is decoded before any is applied: one that is no valid Update
-            # makes the request no valid WriteRequest, and nothing of it is applied.
-            updates = [decode_update(update) for update in batch.updates]
-        except DecodeError as error:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                shorten(f"the WriteRequest cannot be parsed: {error}", MESSAGE_LIMIT),
-            )
+            self.refuse_unless_primary(request, context, MAX_WRITE_UPDATES)
+        data = request if isinstance(request, bytes) else request.SerializeToString()
+        batch, updates = _decode_batch(data, context)
         errors: list[P4RuntimeError | None] = []
         failed = False
         try:
@@ -181,6 +220,7 @@ class P4RuntimeServicer:
                 name = next((k for k, v in names.items() if v == batch.atomicity), batch.atomicity)
                 raise unimplemented(f"atomicity {name} is not supported by this target")
             rollback = batch.atomicity == WriteRequest.ROLLBACK_ON_ERROR
+            kept: dict[tuple[grpc.StatusCode, str], P4RuntimeError] = {}
             with self.state_lock:
                 active = self.configs.active()
                 undos: list[Undo] = []
@@ -190,7 +230,7 @@ class P4RuntimeServicer:
                             undos.append(apply_decoded_update(active, update))
                             errors.append(None)
                         except P4RuntimeError as error:
-                            errors.append(error)
+                            errors.append(_kept_error(error, kept))
                             failed = True
                         except Exception as error:  # a bug must not cost the batch
                             log.exception("internal error applying an update")
@@ -203,24 +243,27 @@ class P4RuntimeServicer:
             context.abort(error.code, error.message)
         if failed:
             count = sum(error is not None for error in errors)
-            abort_with_batch_status(
-                context, batch_status(f"{count} of {len(errors)} updates failed", errors)
-            )
+            abort_with_batch_status(context, f"{count} of {len(errors)} updates failed", errors)
         return p4runtime_pb2.WriteResponse()
 
-    def refuse_unless_primary(self, data: bytes, context: RpcContext) -> None:
+    def refuse_unless_primary(
+        self, data: bytes, context: RpcContext, max_updates: int | None = None
+    ) -> None:
         """End the RPC unless the request's header names the primary, before the rest of
         it is parsed: a large request from a client that may not write must not hold a
         worker for a full parse (pure-Python protobuf: seconds per megabyte). Bytes whose
         header cannot be read are no valid request: INVALID_ARGUMENT, also before the
-        parse. The parsed request is checked again."""
+        parse. A WriteRequest of more than ``max_updates`` updates is refused first,
+        whoever sends it. The parsed request is checked again."""
         try:
-            header = request_header(data)
+            header = request_header(data, max_updates)
         except DecodeError as error:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 shorten(f"the request cannot be parsed: {error}", MESSAGE_LIMIT),
             )
+        except TooManyUpdates as error:
+            _refuse_too_many(error, context)
         try:
             self.arbitrator.check_primary(
                 header.device_id, header.role, header.election_id, context.peer()
@@ -238,7 +281,7 @@ class P4RuntimeServicer:
         data = await one_request(context, self.request_timeout_s)
         release_slot = await self._read_slots.take(context)
 
-        def gather(blocking: RpcContext) -> tuple[list[bytes], status_pb2.Status | None]:
+        def gather(blocking: RpcContext) -> tuple[list[bytes], Aborted | None]:
             request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
             return self.read_replies(request, blocking)
 
@@ -269,15 +312,16 @@ class P4RuntimeServicer:
                 f"the reply was not taken within {READ_REPLY_TIMEOUT_S:g} s: it is incomplete",
             )
         if failure is not None:
-            await end_with(context, batch_aborted(failure))
+            await end_with(context, failure)
 
     def read_replies(
         self, request: p4runtime_pb2.ReadRequest, context: RpcContext
-    ) -> tuple[list[bytes], status_pb2.Status | None]:
+    ) -> tuple[list[bytes], Aborted | None]:
         """The ReadResponse messages (wire bytes) for ``request``, and the batch status to
         end with when some of its entities failed."""
         results: list[bytes] = []
         errors: list[P4RuntimeError | None] = []
+        kept: dict[tuple[grpc.StatusCode, str], P4RuntimeError] = {}
         budget = ReplyBudget()
         entities = request.entities
         try:
@@ -292,7 +336,7 @@ class P4RuntimeServicer:
                     active = self.configs.active()
                     if first is None:
                         first = active
-                    elif active.runtime is not first.runtime or active.index is not first.index:
+                    elif active.runtime is not first.runtime:
                         raise P4RuntimeError(
                             grpc.StatusCode.ABORTED,
                             "the forwarding pipeline changed during this Read: read again",
@@ -300,7 +344,8 @@ class P4RuntimeServicer:
                     with active.runtime.lock:
                         slice_end_s = time.monotonic() + READ_LOCK_SLICE_S
                         while number < len(entities):
-                            errors.append(self._read_one(active, entities, number, budget, results))
+                            error = self._read_one(active, entities, number, budget, results)
+                            errors.append(None if error is None else _kept_error(error, kept))
                             number += 1
                             if time.monotonic() >= slice_end_s:
                                 break
@@ -314,7 +359,7 @@ class P4RuntimeServicer:
         failure = None
         if any(error is not None for error in errors):
             count = sum(error is not None for error in errors)
-            failure = batch_status(f"{count} of {len(errors)} read requests failed", errors)
+            failure = batch_aborted(f"{count} of {len(errors)} read requests failed", errors)
         return replies, failure
 
     @staticmethod
@@ -349,6 +394,11 @@ class P4RuntimeServicer:
         request: p4runtime_pb2.SetForwardingPipelineConfigRequest,
         context: RpcContext,
     ) -> p4runtime_pb2.SetForwardingPipelineConfigResponse:
+        """Verify the config without the state lock (compiling takes seconds, and writes,
+        reads and packets go on meanwhile), then take the lock only to apply it. The
+        verification reads nothing of the switch's state; what depends on that state
+        (the saved config, the state a reconcile keeps) is checked under the lock, and
+        so is the primary: one replaced while its config was verified commits nothing."""
         election_id = (
             election_id_value(request.election_id) if request.HasField("election_id") else None
         )
@@ -356,8 +406,17 @@ class P4RuntimeServicer:
             term = self.arbitrator.check_primary(
                 request.device_id, request.role, election_id, context.peer()
             )
+            if request.action == SetAction.COMMIT:
+                verified = self.configs.prepare(request)
+            else:
+                with self._verifications.taken():
+                    verified = self.configs.prepare(request)
             with self.state_lock:
-                self.configs.set(request, (request.role, term))
+                if not self.arbitrator.is_term(request.role, term):
+                    raise permission_denied(
+                        "the primary changed while the config was verified: nothing was applied"
+                    )
+                self.configs.apply(request, verified, (request.role, term))
         except P4RuntimeError as error:
             context.abort(error.code, error.message)
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
@@ -463,6 +522,12 @@ class P4RuntimeServicer:
         ending = StreamClosed()
         try:
             async for data in requests:
+                if len(data) > MAX_STREAM_MESSAGE_BYTES:
+                    refusal = _refuse_oversized(stream, data)
+                    if refusal is not None:
+                        ending = StreamClosed(refusal)
+                        return
+                    continue
                 try:
                     request = parse_message(p4runtime_pb2.StreamMessageRequest, data)
                 except DecodeError as error:
@@ -504,22 +569,13 @@ class P4RuntimeServicer:
         reply = p4runtime_pb2.StreamMessageResponse()
         error_message = reply.error
         if kind == "packet":
-            echo = error_message.packet_out.packet_out
-            echo.CopyFrom(request.packet)
             if not self.arbitrator.is_primary(stream):
                 error_message.canonical_code = grpc.StatusCode.PERMISSION_DENIED.value[0]
                 error_message.message = "only the primary client may send packets"
             else:
                 error_message.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
                 error_message.message = "packet-out is not supported by this target"
-            size = len(echo.payload)
-            if size > ECHO_PAYLOAD_BYTES:
-                # The echo only identifies the packet: a large one echoed whole could
-                # overflow the client's outbox and cost it its stream.
-                echo.payload = echo.payload[:ECHO_PAYLOAD_BYTES]
-                error_message.message += (
-                    f" (the echoed payload is its first {ECHO_PAYLOAD_BYTES} of {size} bytes)"
-                )
+            error_message.message += _echo_packet(request.packet, error_message.packet_out)
         elif kind == "digest_ack":
             error_message.digest_list_ack.digest_list_ack.CopyFrom(request.digest_ack)
             error_message.canonical_code = grpc.StatusCode.UNIMPLEMENTED.value[0]
@@ -530,6 +586,48 @@ class P4RuntimeServicer:
             error_message.message = f"stream message '{kind}' is not supported"
         stream.send(reply)
         return None
+
+
+# StreamMessageRequest's oneof ``update`` by field number, and where its StreamError's
+# ``details`` oneof names it.
+_STREAM_KINDS = {2: "packet_out", 3: "digest_list_ack", 4: "other"}
+
+
+def _refuse_oversized(stream: ClientStream, data: bytes) -> P4RuntimeError | None:
+    """Refuse a stream message over MAX_STREAM_MESSAGE_BYTES without parsing it. What
+    its first field says it is gets a StreamError, RESOURCE_EXHAUSTED, with that kind
+    set in the details and nothing echoed (the spec's "Stream Error Reporting"). An
+    arbitration, or bytes whose first field cannot be read, must end the stream, as
+    arbitration errors do: the error to end it with is returned."""
+    message = (
+        f"a stream message of {len(data)} bytes is over the limit of "
+        f"{MAX_STREAM_MESSAGE_BYTES} bytes: it was dropped unread"
+    )
+    kind = _STREAM_KINDS.get(first_field_number(data) or 0)
+    if kind is None:
+        return P4RuntimeError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+    reply = p4runtime_pb2.StreamMessageResponse()
+    reply.error.canonical_code = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    reply.error.message = message
+    getattr(reply.error, kind).SetInParent()
+    stream.send(reply)
+    return None
+
+
+def _echo_packet(packet: p4runtime_pb2.PacketOut, error: p4runtime_pb2.PacketOutError) -> str:
+    """Echo ``packet`` into ``error``, cut to ECHO_PAYLOAD_BYTES of payload and
+    ECHO_METADATA metadata: the echo only identifies the packet, and a large one echoed
+    whole could overflow the client's outbox and cost it its stream. What to add to the
+    error message when something was cut."""
+    echo = error.packet_out
+    echo.payload = packet.payload[:ECHO_PAYLOAD_BYTES]
+    echo.metadata.extend(packet.metadata[:ECHO_METADATA])
+    notes = []
+    if len(packet.payload) > ECHO_PAYLOAD_BYTES:
+        notes.append(f"its first {ECHO_PAYLOAD_BYTES} of {len(packet.payload)} payload bytes")
+    if len(packet.metadata) > ECHO_METADATA:
+        notes.append(f"its first {ECHO_METADATA} of {len(packet.metadata)} metadata")
+    return f" (the echo holds {' and '.join(notes)})" if notes else ""
 
 
 def _roll_back(
@@ -548,6 +646,52 @@ def _roll_back(
     outcome: list[P4RuntimeError | None] = [aborted] * total
     outcome[failed_at] = errors[failed_at]
     return outcome
+
+
+def _decode_batch(data: bytes, context: RpcContext) -> tuple[WriteBatch, list[DecodedUpdate]]:
+    """The batch's header and its decoded updates. Every update is decoded before any is
+    applied: one that is no valid Update makes the request no valid WriteRequest
+    (INVALID_ARGUMENT), and nothing of it is applied. More than MAX_WRITE_UPDATES is
+    RESOURCE_EXHAUSTED (checked in the header scan for raw bytes, here for the rest)."""
+    try:
+        batch = decode_write_request(data)
+        if len(batch.updates) > MAX_WRITE_UPDATES:
+            raise TooManyUpdates(MAX_WRITE_UPDATES)
+        updates = decode_updates(batch.updates)
+    except DecodeError as error:
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            shorten(f"the WriteRequest cannot be parsed: {error}", MESSAGE_LIMIT),
+        )
+    except TooManyUpdates as error:
+        _refuse_too_many(error, context)
+    batch.updates = []  # the decoded updates replace the raw ones
+    return batch, updates
+
+
+def _refuse_too_many(error: TooManyUpdates, context: RpcContext) -> NoReturn:
+    context.abort(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"the WriteRequest holds more than {error.limit} updates, the most one request may "
+        "hold: split the batch",
+    )
+
+
+def _kept_error(
+    error: P4RuntimeError, kept: dict[tuple[grpc.StatusCode, str], P4RuntimeError]
+) -> P4RuntimeError:
+    """``error`` as a failed batch keeps it until it reports: without the frames its
+    traceback holds, and one object for every update that failed alike (up to
+    MAX_KEPT_ERRORS kinds), so that a batch of failing updates costs a reference each."""
+    key = (error.code, error.message)
+    same = kept.get(key)
+    if same is not None:
+        return same
+    error.__traceback__ = None
+    error.__context__ = None
+    if len(kept) < MAX_KEPT_ERRORS:
+        kept[key] = error
+    return error
 
 
 def parse_or_abort(message_type: type[_Request], data: bytes, context: RpcContext) -> _Request:

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import grpc
-from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
 
@@ -15,6 +14,10 @@ from softswitch.p4rt.rpc import Aborted, RpcContext
 # The gRPC trailer that carries a serialised google.rpc.Status (what C++ servers send
 # through grpc::Status::binary_error_details).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+# google.rpc.Status.details: field 3, length-delimited; each an Any of a p4.v1.Error.
+_DETAILS_TAG = b"\x1a"
+_ERROR_TYPE_URL = b"type.googleapis.com/" + p4runtime_pb2.Error.DESCRIPTOR.full_name.encode()
 
 # How much of a client-supplied value or name an error message repeats, and how long a
 # message may get: gRPC clients refuse trailers over 16 KiB by default, and would then
@@ -84,25 +87,71 @@ def p4_error(error: P4RuntimeError | None) -> p4runtime_pb2.Error:
     return p4runtime_pb2.Error(canonical_code=canonical_code(error.code), message=error.message)
 
 
-def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> status_pb2.Status:
-    """The UNKNOWN status of a batch with at least one failure: one detail per update, in order."""
-    details = []
+# Distinct errors whose detail one batch status encodes once and shares.
+SHARED_DETAILS = 1024
+
+
+def _varint(value: int) -> bytes:
+    """A non-negative length as a protobuf varint (``encode`` has one, but imports this
+    module)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(tag: bytes, data: bytes) -> bytes:
+    return tag + _varint(len(data)) + data
+
+
+def _detail_bytes(error: P4RuntimeError | None) -> bytes:
+    """One ``details`` field of a google.rpc.Status: the ``Any`` packing the update's
+    ``p4.v1.Error`` (:func:`p4_error`), as the wire bytes protobuf gives it (fields in
+    order, defaults left out)."""
+    value = b""
+    if error is not None:
+        value = b"\x08" + _varint(canonical_code(error.code))
+        if error.message:
+            value += _length_delimited(b"\x12", error.message.encode())
+    packed = _length_delimited(b"\x0a", _ERROR_TYPE_URL)
+    if value:
+        packed += _length_delimited(b"\x12", value)
+    return _length_delimited(_DETAILS_TAG, packed)
+
+
+def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> bytes:
+    """The serialised UNKNOWN status of a batch with at least one failure: one detail per
+    update, in order (spec §12.4). Written as wire bytes, byte for byte what protobuf
+    serialises, and an error that recurs is encoded once: a protobuf ``Any`` and
+    ``Error`` per update cost ~3 KB and ~60 µs in pure Python, so a batch of 300,000
+    failing updates took a gigabyte and most of a minute."""
+    head = status_pb2.Status(code=code_pb2.UNKNOWN, message=message).SerializeToString()
+    encoded: dict[tuple[grpc.StatusCode, str] | None, bytes] = {}
+    parts = [head]
     for error in errors:
-        packed = any_pb2.Any()
-        packed.Pack(p4_error(error))
-        details.append(packed)
-    return status_pb2.Status(code=code_pb2.UNKNOWN, message=message, details=details)
+        key = None if error is None else (error.code, error.message)
+        detail = encoded.get(key)
+        if detail is None:
+            detail = _detail_bytes(error)
+            if len(encoded) < SHARED_DETAILS:
+                encoded[key] = detail
+        parts.append(detail)
+    return b"".join(parts)
 
 
-def batch_aborted(status: status_pb2.Status) -> Aborted:
+def batch_aborted(message: str, errors: Sequence[P4RuntimeError | None]) -> Aborted:
     """The end of an RPC whose batch failed in part: UNKNOWN, with the binary details
-    trailer that carries each update's or entity's error."""
-    trailer = ((STATUS_DETAILS_KEY, status.SerializeToString()),)
-    return Aborted(grpc.StatusCode.UNKNOWN, status.message, trailer)
+    trailer that carries each update's or entity's error (:func:`batch_status`)."""
+    trailer = ((STATUS_DETAILS_KEY, batch_status(message, errors)),)
+    return Aborted(grpc.StatusCode.UNKNOWN, message, trailer)
 
 
-def abort_with_batch_status(context: RpcContext, status: status_pb2.Status) -> NoReturn:
+def abort_with_batch_status(
+    context: RpcContext, message: str, errors: Sequence[P4RuntimeError | None]
+) -> NoReturn:
     """End the RPC as :func:`batch_aborted` says (raises, like ``abort``)."""
-    aborted = batch_aborted(status)
+    aborted = batch_aborted(message, errors)
     context.set_trailing_metadata(aborted.trailing or ())
     context.abort(aborted.code, aborted.details)

@@ -153,7 +153,25 @@ class RequestHeader:
     election_id: int | None = None
 
 
-def request_header(buf: bytes) -> RequestHeader:
+def first_field_number(buf: bytes) -> int | None:
+    """The field number of the first field in ``buf`` (None when it cannot be read): what
+    a message holds, by a glance rather than a parse."""
+    try:
+        number, _, _ = _tag(buf, 0)
+    except (IndexError, NotFastPath):
+        return None
+    return number
+
+
+class TooManyUpdates(Exception):
+    """A WriteRequest holds more updates than the server takes in one request."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} updates")
+        self.limit = limit
+
+
+def request_header(buf: bytes, max_updates: int | None = None) -> RequestHeader:
     """The device id, role and election id of a WriteRequest or a
     SetForwardingPipelineConfigRequest (the two number them alike: 1, 6 and 3), read
     without parsing the updates or the pipeline, so that a client that may not write is
@@ -161,14 +179,22 @@ def request_header(buf: bytes) -> RequestHeader:
     repeated values wins, repeated election ids merge field by field, a field of an
     unexpected wire type is an unknown field, and unknown fields (groups too) are
     skipped. Raises DecodeError for bytes that are no valid message: protobuf would
-    refuse them too, after the full parse."""
+    refuse them too, after the full parse. With ``max_updates`` (a WriteRequest), raises
+    TooManyUpdates once it has passed more updates (field 4) than that, before the rest:
+    a request of millions of tiny updates must not buy a scan of all of them."""
     try:
         header = RequestHeader()
         high = low = 0
+        updates = 0
         pos, end = 0, len(buf)
         while pos < end:
             number, wire, pos = _tag(buf, pos)
-            if wire == _VARINT and number == 1:
+            if wire == _LENGTH_DELIMITED and number == 4 and max_updates is not None:
+                updates += 1
+                if updates > max_updates:
+                    raise TooManyUpdates(max_updates)
+                _, pos = _span(buf, pos, end)
+            elif wire == _VARINT and number == 1:
                 header.device_id, pos = _varint(buf, pos)
             elif wire == _LENGTH_DELIMITED and number in (3, 6):
                 start, pos = _span(buf, pos, end)

@@ -7,7 +7,7 @@ ROLLBACK_ON_ERROR batches); the servicer collects one outcome per update.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 import grpc
@@ -58,6 +58,32 @@ def decode_update(update: bytes | p4runtime_pb2.Update) -> DecodedUpdate:
             return decoded
         return parse_message(p4runtime_pb2.Update, update)
     return update
+
+
+# Distinct protobuf-parsed updates one batch shares (see :func:`decode_updates`).
+MAX_SHARED_UPDATES = 1024
+
+
+def decode_updates(updates: Sequence[bytes | p4runtime_pb2.Update]) -> list[DecodedUpdate]:
+    """Every update of a batch decoded (:func:`decode_update`). Updates that protobuf
+    parses share one message when their bytes are equal: a pure-Python ``Update`` costs
+    ~650 bytes, and a batch of one repeated update must not cost that per update."""
+    parsed: dict[bytes, p4runtime_pb2.Update] = {}
+    decoded: list[DecodedUpdate] = []
+    for update in updates:
+        shared = parsed.get(update) if parsed and isinstance(update, bytes) else None
+        if shared is not None:
+            decoded.append(shared)
+            continue
+        result = decode_update(update)
+        if (
+            isinstance(update, bytes)
+            and isinstance(result, p4runtime_pb2.Update)
+            and len(parsed) < MAX_SHARED_UPDATES
+        ):
+            parsed[update] = result
+        decoded.append(result)
+    return decoded
 
 
 def apply_decoded_update(active: ActivePipeline, update: DecodedUpdate) -> Undo:
