@@ -97,12 +97,11 @@ class CompiledProgram:
             raise CompileError(
                 None, f"device config version {document.get('version')} is not supported"
             )
-        try:
-            lines = [Line(str(t), str(f), int(n)) for f, n, t in document["source"]]
-            name = str(document["program"])
-            fingerprint = str(document["p4info_sha256"])
-        except (KeyError, TypeError, ValueError):
-            raise CompileError(None, "device config: malformed source/program fields") from None
+        lines = _source_lines(document.get("source"))
+        name = document.get("program")
+        fingerprint = document.get("p4info_sha256")
+        if not isinstance(name, str) or not isinstance(fingerprint, str):
+            raise CompileError(None, "device config: program and p4info_sha256 must be strings")
         # Before the compile, which takes seconds for a large program: the P4Info given
         # must be the one the config declares, whatever the source compiles to.
         if p4info is not None and p4info_fingerprint(p4info) != fingerprint:
@@ -167,3 +166,25 @@ def compile_file(path: Path) -> CompiledProgram:
 def compile_source(source: str, filename: str = "<string>") -> CompiledProgram:
     lines = Preprocessor().run_text(source, filename, Path.cwd(), 0)
     return compile_lines(lines, filename)
+
+
+def _source_lines(source: object) -> list[Line]:
+    """The device config's preprocessed source: [file, line, text] triples, the line a
+    whole number (a float such as 1e400 or 1.5 is no line number)."""
+    if not isinstance(source, list):
+        raise CompileError(None, "device config: source must be a list of [file, line, text]")
+    lines = []
+    for index, item in enumerate(source):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not isinstance(item[0], str)
+            or type(item[1]) is not int
+            or not isinstance(item[2], str)
+        ):
+            raise CompileError(
+                None, f"device config: source[{index}] is not [file, line number, text]"
+            )
+        file_name, number, text = item
+        lines.append(Line(text, file_name, number))
+    return lines
