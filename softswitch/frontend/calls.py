@@ -79,6 +79,9 @@ class CallLowering(ExternLowering):
             if isinstance(found, ActionInfo | ast.ActionDecl):
                 if not statement:
                     raise CompileError(call.loc, "actions have no value")
+                if self.ctx.kind == "parser":
+                    # p4c's words; the parser has no copy of the action to call.
+                    raise CompileError(call.loc, "action calls are not allowed within parsers")
                 info = self.use_action(func.name, func.loc, scope)
                 caller = self.ctx.action
                 if caller is not None and not self.declared_before(info.decl, caller):
@@ -99,6 +102,7 @@ class CallLowering(ExternLowering):
                     self.convert(self.lower_expr(a, scope, Bits(w)), Bits(w), a.loc).code
                     for a, (_, w) in zip(call.args, info.params, strict=True)
                 ]
+                self.count_fields(self.action_fields[info.name], call.loc, f"calling {func.name}")
                 call_args = ", ".join(["_sm", "_cl", *self.ctx.param_codes, *args])
                 return Val(f"{self.action_fn(info)}({call_args})", Void())
             if isinstance(found, ast.ExternFunctionDecl):

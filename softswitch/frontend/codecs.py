@@ -9,7 +9,7 @@ less per header and packet); a struct type becomes ``S_T``.
 
 from __future__ import annotations
 
-from softswitch.frontend.emitter import Emitter, field_attr
+from softswitch.frontend.emitter import Emitter, field_attr, py_name
 from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.types import Bits, Bool, HeaderT, P4Type, StructT, Varbit
 
@@ -26,7 +26,22 @@ def emit_type_classes(
 
 def class_name(t: HeaderT | StructT) -> str:
     """Generated class of a header (H_) or struct (S_) type."""
-    return ("H_" if isinstance(t, HeaderT) else "S_") + t.name
+    return py_name("H_" if isinstance(t, HeaderT) else "S_", t.name)
+
+
+def extract_fn(t: HeaderT) -> str:
+    """Generated extract function of a header type, ``x_T``."""
+    return py_name("x_", t.name)
+
+
+def emit_fn(t: HeaderT) -> str:
+    """Generated emit function of a header type with a varbit field, ``e_T``."""
+    return py_name("e_", t.name)
+
+
+def width_attr(name: str) -> str:
+    """Attribute holding the current width in bits of varbit field ``name``."""
+    return py_name("w_", name)
 
 
 def emit_type_class(
@@ -53,7 +68,7 @@ def emit_type_class(
         else:
             defaults.append(f"{field_attr(name)} = {zero_code(ft)}")
         if isinstance(ft, Varbit):
-            defaults.append(f"w_{name} = 0")
+            defaults.append(f"{width_attr(name)} = 0")
     cls = class_name(t)
     out(f"class {cls}:")
     out.indent()
@@ -86,7 +101,7 @@ def zero_code(t: P4Type) -> str:
 
 def struct_name(t: HeaderT) -> str:
     """Global holding the precompiled ``struct.Struct`` of a fixed-size header."""
-    return f"_ST_{t.name}"
+    return py_name("_ST_", t.name)
 
 
 def fixed_layout(t: HeaderT) -> tuple[list[list[tuple[str, int]]], list[list[int]], str]:
@@ -193,7 +208,7 @@ def emit_fixed_header_codec(out: Emitter, t: HeaderT, too_short: int) -> None:
     :func:`fixed_emit_lines`; ``x_T`` serves ``lookahead<T>()``.
     """
     out(f"{struct_name(t)} = _Struct('{fixed_layout(t)[2]}')")
-    out(f"def x_{t.name}(h, pkt, off, plen):")
+    out(f"def {extract_fn(t)}(h, pkt, off, plen):")
     out.indent()
     for line in fixed_extract_lines(t, "h", "pkt", "off", "plen", too_short):
         out(line)
@@ -213,7 +228,7 @@ def emit_header_codec(out: Emitter, t: HeaderT, errors: dict[str, int]) -> None:
     vname, vtype = varbit
     bad_arg = errors["ParserInvalidArgument"]
     header_too_short = errors["HeaderTooShort"]
-    out(f"def x_{t.name}(h, pkt, off, plen, nbits):")
+    out(f"def {extract_fn(t)}(h, pkt, off, plen, nbits):")
     out.indent()
     out(f"if nbits > {vtype.max_width}: raise _Reject({header_too_short})")
     out(f"if nbits < 0 or nbits % 8: raise _Reject({bad_arg})")
@@ -235,16 +250,16 @@ def emit_header_codec(out: Emitter, t: HeaderT, errors: dict[str, int]) -> None:
     for name, ft in t.fields:
         if isinstance(ft, Varbit):
             out(f"h.{field_attr(name)} = (v >> {shifts[name]}) & ((1 << nbits) - 1)")
-            out(f"h.w_{name} = nbits")
+            out(f"h.{width_attr(name)} = nbits")
         else:
             assert isinstance(ft, Bits)
             out(f"h.{field_attr(name)} = (v >> ({shifts[name]})) & {(1 << ft.width) - 1}")
     out("h._v = True")
     out("return end")
     out.dedent()
-    out(f"def e_{t.name}(h):")
+    out(f"def {emit_fn(t)}(h):")
     out.indent()
-    out(f"nbits = h.w_{vname}")
+    out(f"nbits = h.{width_attr(vname)}")
     out("v = 0")
     for name, ft in t.fields:
         if isinstance(ft, Varbit):

@@ -6,8 +6,9 @@ import itertools
 from typing import Any
 
 from softswitch.frontend import ast
-from softswitch.frontend.emitter import Emitter
+from softswitch.frontend.emitter import Emitter, py_name
 from softswitch.frontend.errors import CompileError, SourceLocation
+from softswitch.frontend.limits import MAX_FIELDS_PER_BLOCK
 from softswitch.frontend.lowered import (
     LoweredProgram,
 )
@@ -21,8 +22,10 @@ from softswitch.frontend.types import (
     Bool,
     ErrorT,
     ExternT,
+    HeaderT,
     MatchKindT,
     P4Type,
+    StructT,
     Varbit,
     Void,
 )
@@ -53,16 +56,59 @@ class CompilerState:
         self.ctx: ControlContext | None = None
         # Per table (P4Info name), the code a statement ``t.apply();`` inlines.
         self.table_code: dict[str, list[str]] = {}
+        # Per (block, action P4Info name), the function running the action in that block.
+        self.action_fns: dict[tuple[str, str], str] = {}
         # Source order of actions and controls (by id of the declaration): an action may
         # only call one declared before it, as in p4c, so no action can recurse.
         self.declaration_order: dict[int, int] = {}
         # Per header or struct type (by id, the type kept alive), how many fields it holds.
         self.field_counts: dict[int, tuple[P4Type, int]] = {}
+        # Header and struct fields the block being lowered creates or copies per packet
+        # (MAX_FIELDS_PER_BLOCK), and what one more counts for: PARSER_BASE_TRANSITIONS
+        # in a parser state that can repeat, 0 while code is lowered a second time.
+        self.block_fields = 0
+        self.field_weight = 1
+        # The same per action body (by P4Info name) and per table (its costliest action).
+        self.action_fields: dict[str, int] = {}
+        self.table_fields: dict[str, int] = {}
         for decl in program.decls:
             self.declaration_order[id(decl)] = len(self.declaration_order)
             if isinstance(decl, ast.ControlDecl):
                 for local in decl.locals:
                     self.declaration_order[id(local)] = len(self.declaration_order)
+
+    def field_count(self, t: P4Type) -> int:
+        """Fields a value of ``t`` holds (MAX_TYPE_FIELDS), nested ones counted in full.
+
+        Counted once per declared type and looked up by identity: walking (or hashing)
+        a struct of structs again at every use takes time exponential in its depth."""
+        if not isinstance(t, HeaderT | StructT):
+            return 1
+        known = self.field_counts.get(id(t))
+        if known is not None:
+            return known[1]
+        count = (1 if isinstance(t, HeaderT) else 0) + sum(
+            self.field_count(ft) for _, ft in t.fields
+        )
+        self.field_counts[id(t)] = (t, count)
+        return count
+
+    def count_fields(self, fields: int, loc: SourceLocation, what: str) -> None:
+        """Add what a construct creates or copies to the budget of the block being lowered
+        (MAX_FIELDS_PER_BLOCK): ``fields`` header and struct fields, ``what`` names the
+        construct. Each runs per packet, as often as its parser state can repeat."""
+        self.block_fields += fields * self.field_weight
+        if self.block_fields > MAX_FIELDS_PER_BLOCK:
+            assert self.ctx is not None
+            if self.ctx.action is not None:
+                block = f"action {self.ctx.action.name}"
+            else:
+                block = f"{self.ctx.kind} {self.ctx.name}"
+            raise CompileError(
+                loc,
+                f"{block} creates or copies more than {MAX_FIELDS_PER_BLOCK:,} header and "
+                f"struct fields per packet ({what} makes {self.block_fields:,})",
+            )
 
     def declared_before(self, first: ast.Decl, second: ast.Decl) -> bool:
         """Whether ``first`` comes before ``second`` in the source (actions, controls)."""
@@ -70,6 +116,8 @@ class CompilerState:
         return order.get(id(first), -1) < order.get(id(second), -1)
 
     def fresh(self, prefix: str) -> str:
+        """A new identifier of the generated code: ``prefix`` (a constant, or made by
+        :func:`py_name`) and a number no other identifier has."""
         return f"{prefix}{next(self.counter)}"
 
     def define_global(self, name: str, value: Any, loc: SourceLocation) -> None:
@@ -117,7 +165,7 @@ class CompilerState:
         codes: list[str] = []
         for p in params:
             t = self.resolve_type(p.type)
-            code = "p_" + p.name
+            code = py_name("p_", p.name)
             if p.name in scope.names:
                 raise CompileError(p.loc, f"parameter {p.name} is declared twice")
             scope.names[p.name] = VarEntry(

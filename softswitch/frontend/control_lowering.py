@@ -35,6 +35,7 @@ class ControlLowering(TableLowering):
         scope, codes = self.block_params(decl.params)
         ctx = ControlContext(decl.name, "control", decl.params, codes)
         self.ctx = ctx
+        self.block_fields = 0
         for action_name, action_decl in self.global_actions.items():
             ctx.actions[action_name] = self.declare_action(action_decl, None)
         if role == "deparser":
@@ -130,7 +131,7 @@ class ControlLowering(TableLowering):
         assert isinstance(inst.type, ast.NamedType)
         kind = inst.type.name
         qualified = control_plane_name(inst, control)
-        pyname = "X_" + qualified.replace(".", "_")
+        pyname = self.fresh("X_")  # the P4Info name may be any text, never code
         type_args = [self.resolve_type(a) for a in inst.type.args]
 
         def arg(i: int) -> ast.Expr:

@@ -27,22 +27,6 @@ V1SWITCH_BLOCKS = ("parser", "verify_checksum", "ingress", "egress", "compute_ch
 class DeclarationPass(ExpressionLowering):
     """Records top-level declarations and checks that main is a well-formed V1Switch."""
 
-    def field_count(self, t: P4Type) -> int:
-        """Fields a value of ``t`` holds (MAX_TYPE_FIELDS), nested ones counted in full.
-
-        Counted once per declared type and looked up by identity: walking (or hashing)
-        a struct of structs again at every use takes time exponential in its depth."""
-        if not isinstance(t, HeaderT | StructT):
-            return 1
-        known = self.field_counts.get(id(t))
-        if known is not None:
-            return known[1]
-        count = (1 if isinstance(t, HeaderT) else 0) + sum(
-            self.field_count(ft) for _, ft in t.fields
-        )
-        self.field_counts[id(t)] = (t, count)
-        return count
-
     def declare(self, decl: ast.Decl) -> None:
         if isinstance(decl, ast.HeaderDecl | ast.StructDecl):
             fields: list[tuple[str, P4Type]] = []

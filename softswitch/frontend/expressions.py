@@ -104,6 +104,13 @@ class ExpressionLowering(ReferenceResolution, ABC):
                 raise CompileError(expr.cond.loc, f"the condition must be bool, not {cond.type}")
             then = self.lower_expr(expr.then, scope, expected)
             other = self.lower_expr(expr.other, scope, expected)
+            if isinstance(then.type, IntLiteral) and isinstance(other.type, IntLiteral):
+                # p4c's rule, whatever the context: the result needs a type of its own
+                # (it would be an int of no width, which nothing downstream can hold).
+                raise CompileError(
+                    expr.then.loc,
+                    f"width must be specified for at least one of {then.const} or {other.const}",
+                )
             then, other = self.unify(then, other, expr.loc)
             return self.maybe_fold(
                 f"({then.code} if {cond.code} else {other.code})", then.type, [cond, then, other]

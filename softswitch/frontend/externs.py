@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from softswitch.frontend import ast
-from softswitch.frontend.codecs import class_name, fixed_emit_lines, fixed_extract_lines
+from softswitch.frontend.codecs import (
+    class_name,
+    emit_fn,
+    extract_fn,
+    fixed_emit_lines,
+    fixed_extract_lines,
+    width_attr,
+)
 from softswitch.frontend.emitter import field_attr
 from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.expressions import ExpressionLowering
@@ -99,7 +106,8 @@ class ExternLowering(ExpressionLowering):
             if not isinstance(bits.type, Bits | IntLiteral):
                 raise CompileError(call.args[1].loc, "the varbit size must be bit<32>")
             return Val(
-                f"_off = x_{header.name}({target.code}, _pkt, _off, _plen, {bits.code})", Void()
+                f"_off = {extract_fn(header)}({target.code}, _pkt, _off, _plen, {bits.code})",
+                Void(),
             )
         if method == "lookahead":
             if call.args or len(call.type_args) != 1:
@@ -107,7 +115,8 @@ class ExternLowering(ExpressionLowering):
             t = self.resolve_type(call.type_args[0])
             if isinstance(t, HeaderT) and t.varbit_field is None:
                 # A header value read without moving the cursor (e.g. lookahead<h_t>().field).
-                return Val(f"_peek(x_{t.name}, {class_name(t)}(), _pkt, _off, _plen)", t)
+                self.count_fields(self.field_count(t), call.loc, f"lookahead<{t}>")
+                return Val(f"_peek({extract_fn(t)}, {class_name(t)}(), _pkt, _off, _plen)", t)
             if not isinstance(t, Bits):
                 raise CompileError(
                     call.loc, "lookahead<T> supports bit<W> and fixed-size header types"
@@ -124,7 +133,7 @@ class ExternLowering(ExpressionLowering):
 
     def emit_code(self, value: Val, loc: SourceLocation) -> str:
         if isinstance(value.type, HeaderT) and value.type.varbit_field is not None:
-            return f"if {value.code}._v: _out.append(e_{value.type.name}({value.code}))"
+            return f"if {value.code}._v: _out.append({emit_fn(value.type)}({value.code}))"
         if isinstance(value.type, HeaderT):
             lines = [f"_h = {value.code}", "if _h._v:"]
             lines += ["    " + line for line in fixed_emit_lines(value.type, "_h", "_out")]
@@ -149,7 +158,7 @@ class ExternLowering(ExpressionLowering):
             value = self.lower_expr(item, scope)
             if isinstance(value.type, Varbit):
                 base, name = value.code.rsplit(".", 1)
-                items.append((value.header_root, f"{base}.w_{name[2:]}", value.code))
+                items.append((value.header_root, f"{base}.{width_attr(name[2:])}", value.code))
             elif isinstance(value.type, Bits):
                 items.append((value.header_root, value.type.width, value.code))
             elif isinstance(value.type, HeaderT):

@@ -45,7 +45,7 @@ class TableInfo:
     direct_counter: str | None
     const_entries: list[tuple[list[tuple[str, int, int]], int, str, list[int]]] | None
     # const entries: ([(kind, a, b) per key], priority, action name, args)
-    pyname: str = ""
+    pyname: str = ""  # the generated code's global for the table, numbered (never the name)
     annotations: list[str] = field(default_factory=list)  # as written, e.g. '@foo("x")'
 
 
@@ -83,10 +83,8 @@ class LoweredProgram:
     errors: dict[str, int] = field(default_factory=dict)
     # per control's Python function name, the action ids dispatch table is built at load
     action_tables: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Per action (P4Info name), the generated code's global holding its id: numbered,
+    # since an @name's text is no Python identifier (and could be code).
+    action_globals: dict[str, str] = field(default_factory=dict)
     headers_class: str = ""
     metadata_class: str = ""
-
-
-def action_id_global(action_name: str) -> str:
-    """Name of the generated code's global holding an action's P4Info id."""
-    return "AID_" + action_name.replace(".", "__")

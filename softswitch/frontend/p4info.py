@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from p4.config.v1 import p4info_pb2
 
-from softswitch.frontend.lowered import LoweredProgram
+from softswitch.frontend.lowered import LoweredProgram, TableInfo
 
 PREFIX_ACTION = 0x01
 PREFIX_TABLE = 0x02
@@ -70,23 +70,45 @@ def assign_ids(names_by_prefix: dict[int, Iterable[str]]) -> dict[tuple[int, str
 
 
 def aliases(names: Iterable[str]) -> dict[str, str]:
-    """Shortest unique dot-separated suffix of every name."""
+    """Shortest dot-separated suffix of every name that no other name ends with (or is);
+    the whole name when every suffix is shared.
+
+    The names' parts go last part first into a trie that counts, per node, the names
+    below it: a suffix is unique where its node counts one. That is work in proportion
+    to the names' total length, where comparing every name with every other took
+    minutes for tens of thousands of tables or actions (and every suffix built as a
+    string is quadratic in the parts of one name with many dots)."""
     all_names = sorted(set(names))
+    root: _SuffixNode = _SuffixNode()
+    for name in all_names:
+        node = root
+        for part in reversed(name.split(".")):
+            child = node.children.get(part)
+            if child is None:
+                child = node.children[part] = _SuffixNode()
+            child.names += 1
+            node = child
     result: dict[str, str] = {}
     for name in all_names:
         parts = name.split(".")
-        for count in range(1, len(parts) + 1):
-            suffix = ".".join(parts[-count:])
-            clash = any(
-                other != name and (other == suffix or other.endswith("." + suffix))
-                for other in all_names
-            )
-            if not clash:
-                result[name] = suffix
+        result[name] = name
+        node = root
+        for count, part in enumerate(reversed(parts), start=1):
+            node = node.children[part]
+            if node.names == 1:
+                result[name] = ".".join(parts[-count:])
                 break
-        else:
-            result[name] = name
     return result
+
+
+class _SuffixNode:
+    """A node of :func:`aliases`' trie: how many names end with the parts leading here."""
+
+    __slots__ = ("children", "names")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _SuffixNode] = {}
+        self.names = 0
 
 
 _NOT_CARRIED = frozenset({"name", "id", "brief", "description"})
@@ -103,23 +125,28 @@ def p4c_action_order(lowered: LoweredProgram) -> list[str]:
     actions in the order the control's tables first name them, then the control's own
     actions in declaration order."""
     used = {name for table in lowered.tables for name, _scope in table.actions}
-    order: list[str] = []
+    # Insertion-ordered, so that a membership test is not a walk of a list of
+    # tens of thousands of actions.
+    order: dict[str, None] = {}
     controls = list(dict.fromkeys(table.control for table in lowered.tables))
+    tables_of: dict[str, list[TableInfo]] = {control: [] for control in controls}
+    for table in lowered.tables:
+        tables_of[table.control].append(table)
+    actions_of: dict[str | None, list[str]] = {}
+    for name, action_info in lowered.actions.items():
+        actions_of.setdefault(action_info.control, []).append(name)
     for control in controls:
-        for table in lowered.tables:
-            if table.control != control:
-                continue
+        for table in tables_of[control]:
             for name in [n for n, _scope in table.actions] + [table.default_action]:
                 info = lowered.actions.get(name)
                 is_global = info is not None and info.control is None
-                if is_global and name in used and name not in order:
-                    order.append(name)
-        for name, info in lowered.actions.items():
-            if info.control == control and name in used and name not in order:
-                order.append(name)
+                if is_global and name in used:
+                    order.setdefault(name)
+        for name in actions_of.get(control, []):
+            if name in used:
+                order.setdefault(name)
     # Anything left (not expected): keep it, after the rest, in a stable order.
-    order += sorted(used.difference(order))
-    return order
+    return list(order) + sorted(used.difference(order))
 
 
 def build_p4info(lowered: LoweredProgram) -> p4info_pb2.P4Info:

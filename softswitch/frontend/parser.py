@@ -810,12 +810,7 @@ class Parser:
         if self.accept(";"):
             return ast.Empty(token.loc)
         if self.accept("if"):
-            self.expect("(")
-            cond = self.expression()
-            self.expect(")")
-            then = self.statement()
-            other = self.statement() if self.accept("else") else None
-            return ast.If(token.loc, cond, then, other)
+            return self.if_chain(token)
         if self.accept("return"):
             if not self.at(";"):
                 raise CompileError(self.tok.loc, "returning a value is not supported")
@@ -871,6 +866,30 @@ class Parser:
         return ast.Switch(start.loc, subject, cases)
 
     # ------------------------------------------------------------------ expressions
+
+    def if_chain(self, start: Token) -> ast.If:
+        """``if (a) x else if (b) y ... else z``, after the ``if``: one level of nesting
+        however many ``else if`` follow (p4c takes any number), read in a loop. Each
+        ``else if`` becomes the ``other`` of the link before it; the lowering walks
+        the chain in a loop too."""
+        links: list[tuple[SourceLocation, ast.Expr, ast.Stmt]] = []
+        loc = start.loc
+        other: ast.Stmt | None = None
+        while True:
+            self.expect("(")
+            cond = self.expression()
+            self.expect(")")
+            links.append((loc, cond, self.statement()))
+            if not self.accept("else"):
+                break
+            if not self.at("if"):
+                other = self.statement()
+                break
+            loc = self.advance().loc
+        for loc, cond, then in reversed(links):
+            other = ast.If(loc, cond, then, other)
+        assert isinstance(other, ast.If)
+        return other
 
     def nested(self) -> _Nesting:
         """``with self.nested():`` around every construct that recurses."""

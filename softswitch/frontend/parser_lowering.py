@@ -25,6 +25,9 @@ from softswitch.frontend.types import (
     StructT,
 )
 
+# Most states the state machine tells apart by ``if``s in a row; above it, halves.
+_DISPATCH_LEAF = 8
+
 
 class ParserLowering(StatementLowering):
     """Lowers a parser to one Python function."""
@@ -46,6 +49,7 @@ class ParserLowering(StatementLowering):
         self.lowered.metadata_class = class_name(meta_t)
         scope.names[p[0].name] = VarEntry("_packet", ExternT("packet_in"))
         self.ctx = ControlContext(decl.name, "parser", decl.params, codes)
+        self.block_fields = 0
         states = {s.name: s for s in decl.states}
         if len(states) != len(decl.states):
             dup = next(s for s in decl.states if sum(x.name == s.name for x in decl.states) > 1)
@@ -57,7 +61,7 @@ class ParserLowering(StatementLowering):
                 raise CompileError(states[reserved].loc, f"state name {reserved} is reserved")
         numbers = {name: i for i, name in enumerate(states)}
         out = self.out
-        out(f"def run_{role}(_sm, _pkt, p_{p[1].name}, p_{p[2].name}, p_{p[3].name}):")
+        out(f"def run_{role}(_sm, _pkt, {', '.join(codes[1:])}):")
         out.indent()
         out("_off = 0")
         out("_plen = len(_pkt)")
@@ -76,7 +80,11 @@ class ParserLowering(StatementLowering):
             self.out = inline
             out("try:")
             inline.depth += 1
+            # Counted once already (MAX_FIELDS_PER_BLOCK): a state on two paths is
+            # inlined twice, but a packet takes one path.
+            self.field_weight = 0
             self.lower_state_inline(states["start"], states, scope)
+            self.field_weight = 1
             self.out = out
             out.lines.extend(inline.lines)
         else:
@@ -108,16 +116,50 @@ class ParserLowering(StatementLowering):
         out.indent()
         out("_steps -= 1")
         out(f"if _steps < 0: raise _Reject({timeout})")
-        for i, state in enumerate(decl.states):
-            out(("if" if i == 0 else "elif") + f" _st == {numbers[state.name]}:")
-            out.indent()
+        repeating = states_on_cycles(decl.states)
+
+        def lower_state(state: ast.ParserState) -> None:
             state_scope = Scope({}, scope)
+            # A state on a loop runs up to PARSER_BASE_TRANSITIONS times on a packet
+            # (more on a long one, as extracting does): its copies count that often.
+            self.field_weight = PARSER_BASE_TRANSITIONS if state.name in repeating else 1
             for stmt in state.stmts:
                 self.lower_stmt(stmt, state_scope)
+            self.field_weight = 1
             self.lower_transition(state, state_scope, goto)
-            out.dedent()
+
+        self.dispatch(decl.states, 0, len(decl.states), lower_state)
         out.dedent()
         out.dedent()
+
+    def dispatch(
+        self,
+        states: list[ast.ParserState],
+        low: int,
+        high: int,
+        lower_state: Callable[[ast.ParserState], None],
+    ) -> None:
+        """The code of states number ``low`` to ``high - 1``, chosen by ``_st``.
+
+        Every state's code ends in a jump (the next state, accept or reject), so the
+        choice needs no ``elif``: a few ``if``s in a row, and halves chosen by ``_st <
+        middle`` above that. An ``elif`` chain nests one level per state in Python's
+        compiler, which thousands of states take past its recursion limit; this nests
+        log2 of the number of states deep, and finds a state in as many comparisons."""
+        out = self.out
+        if high - low <= _DISPATCH_LEAF:
+            for number in range(low, high):
+                out(f"if _st == {number}:")
+                out.indent()
+                lower_state(states[number])
+                out.dedent()
+            return
+        middle = (low + high) // 2
+        out(f"if _st < {middle}:")
+        out.indent()
+        self.dispatch(states, low, middle, lower_state)
+        out.dedent()
+        self.dispatch(states, middle, high, lower_state)
 
     def parse_graph_is_small_dag(self, states: dict[str, ast.ParserState]) -> bool:
         """True when inlining every path from start stays small and loop-free."""
@@ -183,7 +225,9 @@ class ParserLowering(StatementLowering):
             name = self.fresh("_k")
             out(f"{name} = {key.code}")
             key_names.append(name)
-        first = True
+        # Each case's code ends in a jump, so the cases are ``if``s in a row, never an
+        # ``elif`` chain (which nests one level per case: thousands of cases would take
+        # Python's compiler past its recursion limit).
         has_default = False
         for keyset, target, loc in tr.cases:
             items = keyset.items if isinstance(keyset, ast.ListExpr) else [keyset]
@@ -201,18 +245,16 @@ class ParserLowering(StatementLowering):
                 )
                 if c != "True"
             ]
-            cond = " and ".join(conds) if conds else "True"
-            if cond == "True":
+            if not conds:
+                goto(target, loc)  # matches anything: the cases after it never run
                 has_default = True
-            out(("if " if first else "elif ") + cond + ":")
+                break
+            out(f"if {' and '.join(conds)}:")
             out.indent()
             goto(target, loc)
             out.dedent()
-            first = False
-            if has_default:
-                break
         if not has_default:
-            out(("" if first else "else: ") + f"raise _Reject({self.errors['NoMatch']})")
+            out(f"raise _Reject({self.errors['NoMatch']})")
 
     def keyset_condition(self, item: ast.Expr, key: Val, name: str) -> str:
         if isinstance(item, ast.Default):
@@ -229,3 +271,56 @@ class ParserLowering(StatementLowering):
             return f"{low} <= {name} <= {high}"
         value = self.const_of_type(item, key.type)
         return f"{name} == {value!r}"
+
+
+def states_on_cycles(states: list[ast.ParserState]) -> set[str]:
+    """The states a packet can visit more than once: those in a cycle of transitions.
+
+    Tarjan's strongly connected components, with an explicit stack (a chain of
+    thousands of states would pass Python's recursion limit)."""
+    names = {state.name for state in states}
+    successors: dict[str, list[str]] = {}
+    for state in states:
+        tr = state.transition
+        targets: list[str] = []
+        if tr is not None:
+            targets = [tr.target] if tr.target is not None else [t for _, t, _ in tr.cases]
+        successors[state.name] = [t for t in targets if t in names]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cyclic: set[str] = set()
+    for root in successors:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            targets = successors[node]
+            if child < len(targets):
+                work.append((node, child + 1))
+                target = targets[child]
+                if target not in index:
+                    work.append((target, 0))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in targets:
+                    cyclic.update(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return cyclic

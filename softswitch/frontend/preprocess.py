@@ -223,10 +223,17 @@ class Preprocessor:
             raise CompileError(where, f"more than {MAX_INCLUDES:,} #include directives followed")
         system_name, local_name = match.group(1), match.group(2)
         name = system_name or local_name
+        if "\0" in name:
+            # No file name holds one (the OS would refuse it; Path raises ValueError).
+            raise CompileError(where, "an #include file name cannot hold a NUL character")
         candidates = ([] if system_name else [directory]) + self.include_dirs
         for base in candidates:
-            path = (base / name).resolve()
-            if path.is_file():
+            try:
+                path = (base / name).resolve()
+                found = path.is_file()
+            except (OSError, RuntimeError) as error:  # RuntimeError: a loop of symlinks
+                raise CompileError(where, f"cannot open include file {name}: {error}") from None
+            if found:
                 if path in self.once:
                     return []
                 if path.parent == SYSTEM_INCLUDE_DIR:

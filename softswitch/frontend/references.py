@@ -40,11 +40,18 @@ class ReferenceResolution(CompilerState):
             return existing
         info = ActionInfo(name, decl, params, control)
         self.lowered.actions[name] = info
+        self.lowered.action_globals[name] = self.fresh("AID_")
         return info
 
     def action_fn(self, info: ActionInfo) -> str:
+        """The function running ``info`` in the block being lowered (each block has its
+        own copy, bound to its parameters); numbered, as the P4Info name may be any text."""
         assert self.ctx is not None
-        return "a_" + self.ctx.name + "__" + info.name.replace(".", "__")
+        key = (self.ctx.name, info.name)
+        fn = self.action_fns.get(key)
+        if fn is None:
+            fn = self.action_fns[key] = self.fresh("a_")
+        return fn
 
     def use_action(self, name: str, loc: SourceLocation, scope: Scope) -> ActionInfo:
         assert self.ctx is not None
@@ -76,6 +83,9 @@ class ReferenceResolution(CompilerState):
                         "(p4c's BMv2 backend rejects this)",
                     )
                 self.ctx.applied.add(found.info.name)
+                self.count_fields(
+                    self.table_fields[found.info.name], call.loc, f"applying {func.base.name}"
+                )
                 return found
         raise CompileError(call.loc, "expected table.apply()")
 

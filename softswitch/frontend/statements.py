@@ -5,7 +5,7 @@ from __future__ import annotations
 from softswitch.frontend import ast
 from softswitch.frontend.calls import CallLowering
 from softswitch.frontend.codecs import class_name, zero_code
-from softswitch.frontend.emitter import Emitter
+from softswitch.frontend.emitter import Emitter, py_name
 from softswitch.frontend.errors import CompileError
 from softswitch.frontend.lowered import ActionInfo
 from softswitch.frontend.p4c_names import describe
@@ -23,6 +23,9 @@ from softswitch.frontend.types import (
     Varbit,
     Void,
 )
+
+# Longest else-if chain lowered to ``elif``s (Python's compiler recurses once per link).
+ELIF_CHAIN = 32
 
 
 class StatementLowering(CallLowering):
@@ -55,7 +58,9 @@ class StatementLowering(CallLowering):
             raise CompileError(decl.loc, f"{decl.name} is declared twice")
         if isinstance(t, Varbit | ExternT | Void):
             raise CompileError(decl.loc, f"variables of type {t} are not supported")
-        code = ("_cl." if control_level else "") + self.fresh(f"v_{decl.name}_")
+        code = ("_cl." if control_level else "") + self.fresh(py_name("v_", decl.name) + "_")
+        if isinstance(t, HeaderT | StructT):
+            self.count_fields(self.field_count(t), decl.loc, f"local {decl.name} of type {t}")
         if decl.is_const and decl.init is not None:
             value = self.convert(self.lower_expr(decl.init, scope, expected=t), t, decl.init.loc)
             if value.const is not None:
@@ -91,15 +96,20 @@ class StatementLowering(CallLowering):
         assert self.ctx is not None
         action_scope = Scope(
             {
-                name: VarEntry(code, Bits(width), writable=True)
+                # Directionless: the control plane's value, read-only (p4c refuses writes).
+                name: VarEntry(code, Bits(width), writable=False)
                 for (name, width), code in zip(info.params, param_codes, strict=True)
             },
             scope if info.control else Scope({}, self.globals),
         )
-        self.ctx.in_action = True
+        in_action, self.ctx.in_action = self.ctx.in_action, True
         caller, self.ctx.action = self.ctx.action, info.decl
+        # The body has a budget of its own; where it runs (a call, a table) adds its count.
+        outer_fields, self.block_fields = self.block_fields, 0
         self.lower_block(info.decl.body, action_scope)
-        self.ctx.in_action = False
+        self.action_fields[info.name] = self.block_fields
+        self.block_fields = outer_fields
+        self.ctx.in_action = in_action
         self.ctx.action = caller
 
     def lower_stmt(self, stmt: ast.Stmt, scope: Scope) -> None:
@@ -114,18 +124,7 @@ class StatementLowering(CallLowering):
         elif isinstance(stmt, ast.Assign):
             self.lower_assign(stmt, scope)
         elif isinstance(stmt, ast.If):
-            cond = self.lower_expr(stmt.cond, scope)
-            if not isinstance(cond.type, Bool):
-                raise CompileError(stmt.cond.loc, f"an if condition must be bool, not {cond.type}")
-            out(f"if {cond.code}:")
-            out.indent()
-            self.lower_stmt_block(stmt.then, scope)
-            out.dedent()
-            if stmt.other is not None:
-                out("else:")
-                out.indent()
-                self.lower_stmt_block(stmt.other, scope)
-                out.dedent()
+            self.lower_if_chain(stmt, scope)
         elif isinstance(stmt, ast.ExprStmt):
             assert isinstance(stmt.expr, ast.Call)
             value = self.lower_call(stmt.expr, scope, statement=True)
@@ -144,6 +143,36 @@ class StatementLowering(CallLowering):
             self.lower_switch(stmt, scope)
         else:
             raise CompileError(stmt.loc, f"unsupported statement {type(stmt).__name__}")
+
+    def lower_if_chain(self, stmt: ast.If, scope: Scope) -> None:
+        """An ``if`` and the ``else if``s after it, in a loop (a chain may be thousands
+        long): ``elif``s up to ELIF_CHAIN links; past that, ``if``s in a row behind a
+        flag, since Python's compiler nests an ``elif`` chain one level per link."""
+        links = [stmt]
+        while isinstance(links[-1].other, ast.If):
+            links.append(links[-1].other)
+        flag = self.fresh("_pending") if len(links) > ELIF_CHAIN else None
+        if flag is not None:
+            self.out(f"{flag} = True")
+        for index, link in enumerate(links):
+            cond = self.lower_expr(link.cond, scope)
+            if not isinstance(cond.type, Bool):
+                raise CompileError(link.cond.loc, f"an if condition must be bool, not {cond.type}")
+            if flag is None:
+                self.out(f"{'if' if index == 0 else 'elif'} {cond.code}:")
+            else:
+                self.out(f"if {flag} and ({cond.code}):")
+            self.out.indent()
+            if flag is not None:
+                self.out(f"{flag} = False")
+            self.lower_stmt_block(link.then, scope)
+            self.out.dedent()
+        other = links[-1].other
+        if other is not None:
+            self.out("else:" if flag is None else f"if {flag}:")
+            self.out.indent()
+            self.lower_stmt_block(other, scope)
+            self.out.dedent()
 
     def lower_stmt_block(self, stmt: ast.Stmt, scope: Scope) -> None:
         before = len(self.out.lines)
@@ -181,7 +210,7 @@ class StatementLowering(CallLowering):
                 if info.name in seen:
                     raise CompileError(case.loc, f"{label.name} appears twice in the switch")
                 seen.add(info.name)
-                cond = f"{var} == _AID[{info.name!r}]"
+                cond = f"{var} == {self.lowered.action_globals[info.name]}"
             pending.append(cond)
             if case.body is None:
                 continue
@@ -203,11 +232,14 @@ class StatementLowering(CallLowering):
             raise CompileError(
                 stmt.target.loc,
                 f"cannot assign to read-only "
-                f"{describe(stmt.target)} (an 'in' parameter or a constant)",
+                f"{describe(stmt.target)} (an 'in' or directionless parameter, or a constant)",
             )
         if isinstance(target.type, Varbit):
             raise CompileError(stmt.loc, "assigning varbit fields is not supported")
         value = self.convert(
             self.lower_expr(stmt.value, scope, expected=target.type), target.type, stmt.value.loc
         )
+        if isinstance(target.type, HeaderT | StructT):
+            fields = self.field_count(target.type)
+            self.count_fields(fields, stmt.loc, f"assigning {describe(stmt.target)}")
         self.out(f"{target.code} = {self.copy_code(value)}")

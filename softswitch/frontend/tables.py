@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from softswitch.frontend import ast
-from softswitch.frontend.emitter import Emitter
-from softswitch.frontend.errors import CompileError
+from softswitch.frontend.emitter import Emitter, py_name
+from softswitch.frontend.errors import CompileError, SourceLocation
 from softswitch.frontend.limits import MAX_TABLE_SIZE
 from softswitch.frontend.lowered import (
     ActionInfo,
     KeyInfo,
     TableInfo,
-    action_id_global,
 )
 from softswitch.frontend.p4c_names import control_plane_name, match_field_name
 from softswitch.frontend.scope import (
@@ -97,19 +96,57 @@ class TableLowering(StatementLowering):
             None,
             None,
         )
-        info_t.pyname = "T_" + name.replace(".", "_")
+        info_t.pyname = self.fresh("T_")
         info_t.annotations = [a.text for a in decl.annotations]
         if decl.entries is not None:
-            info_t.const_entries = self.const_entries(decl, keys, action_infos, scope)
+            default_only = {name for name, kind in actions if kind == "default"}
+            info_t.const_entries = self.const_entries(
+                decl, keys, action_infos, default_only, size, scope
+            )
         self.lowered.tables.append(info_t)
         return info_t
 
     def const_entries(
-        self, decl: ast.TableDecl, keys: list[KeyInfo], actions: dict[str, ActionInfo], scope: Scope
+        self,
+        decl: ast.TableDecl,
+        keys: list[KeyInfo],
+        actions: dict[str, ActionInfo],
+        default_only: set[str],
+        size: int,
+        scope: Scope,
     ) -> list[tuple[list[tuple[str, int, int]], int, str, list[int]]]:
+        """The entries as the control plane installs them when the program loads: each is
+        checked here as the table will check it then, so that a program that compiles
+        also loads (a full table or a duplicate would refuse it with a traceback)."""
         entries: list[tuple[list[tuple[str, int, int]], int, str, list[int]]] = []
         needs_priority = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
+        optional = next((k for k in keys if k.match_kind == "optional"), None)
+        # Per entry key as the table identifies an entry, the line of the first with it.
+        seen: dict[tuple[object, ...], SourceLocation] = {}
         for index, entry in enumerate(decl.entries or []):
+            if index == size:
+                raise CompileError(
+                    entry.loc,
+                    f"table {decl.name} has more const entries than its size, {size:,}"
+                    + (" (declare a larger size)" if decl.size else " (the default; declare one)"),
+                )
+            if optional is not None:
+                # The control plane holds no optional match for a const entry yet.
+                raise CompileError(
+                    entry.loc,
+                    f"const entries of a table with an optional key ({optional.name}) "
+                    "are not supported by this target",
+                )
+            if entry.priority is not None and not needs_priority:
+                raise CompileError(
+                    entry.loc,
+                    f"entries of table {decl.name} take no priority "
+                    "(it has no ternary, range or optional key)",
+                )
+            if entry.priority is not None and entry.priority <= 0:
+                raise CompileError(
+                    entry.loc, f"an entry priority must be > 0, not {entry.priority}"
+                )
             if len(entry.keys) != len(keys):
                 raise CompileError(
                     entry.loc,
@@ -121,6 +158,11 @@ class TableLowering(StatementLowering):
                 t = Bits(key.bitwidth)
                 full = (1 << key.bitwidth) - 1
                 if isinstance(value_expr, ast.Default):
+                    if key.match_kind == "exact":
+                        raise CompileError(
+                            value_expr.loc,
+                            f"{key.name} is an exact key: an entry needs a value for it, not _",
+                        )
                     matches.append(("dontcare", 0, 0))
                 elif isinstance(value_expr, ast.Mask):
                     if key.match_kind not in ("ternary", "lpm"):
@@ -143,13 +185,11 @@ class TableLowering(StatementLowering):
                             value_expr.loc,
                             f"a range needs a range key, {key.name} is {key.match_kind}",
                         )
-                    matches.append(
-                        (
-                            "range",
-                            self.const_of_type(value_expr.low, t),
-                            self.const_of_type(value_expr.high, t),
-                        )
-                    )
+                    low = self.const_of_type(value_expr.low, t)
+                    high = self.const_of_type(value_expr.high, t)
+                    if low > high:
+                        raise CompileError(value_expr.loc, f"empty range {low} .. {high}")
+                    matches.append(("range", low, high))
                 else:
                     v = self.const_of_type(value_expr, t)
                     kind = {
@@ -167,12 +207,27 @@ class TableLowering(StatementLowering):
                     else:
                         matches.append(("exact", v, 0))
             action, args = self.bound_action(entry.action, decl, actions, scope, "action")
+            if action.name in default_only:
+                raise CompileError(
+                    entry.action.loc,
+                    f"{entry.action.name} is @defaultonly in table {decl.name}: "
+                    "entries cannot use it",
+                )
             # p4c: earlier entries win; P4Runtime: higher priority wins.
             priority = (
                 entry.priority
                 if entry.priority is not None
                 else (len(decl.entries or []) - index if needs_priority else 0)
             )
+            identity = (*map(entry_match, matches), priority)
+            first = seen.get(identity)
+            if first is not None:
+                raise CompileError(
+                    entry.loc,
+                    f"table {decl.name} already has an entry with this key "
+                    f"(the entry at line {first.line}, column {first.column})",
+                )
+            seen[identity] = entry.loc
             entries.append((matches, priority, action.name, args))
         return entries
 
@@ -212,6 +267,10 @@ class TableLowering(StatementLowering):
         out.dedent()
         self.table_code[info.name] = self.table_apply_lines(
             decl, info, sig, scope, with_result=False
+        )
+        # A hit or a miss runs one action: the table costs what its costliest one does.
+        self.table_fields[info.name] = max(
+            (self.action_fields[name] for name, _ in info.actions), default=0
         )
 
     def table_apply_lines(
@@ -265,7 +324,8 @@ class TableLowering(StatementLowering):
             self.out = out
             if branch.lines == ["pass"]:
                 continue  # nothing to do for this action (NoAction)
-            out(f"{'if' if first else 'elif'} _aid == {action_id_global(action_name)}:")
+            action_global = self.lowered.action_globals[action_name]
+            out(f"{'if' if first else 'elif'} _aid == {action_global}:")
             first = False
             out.lines.extend("    " * (out.depth + 1) + line for line in branch.lines)
         self.out = saved
@@ -274,12 +334,21 @@ class TableLowering(StatementLowering):
     def inline_action(self, info: ActionInfo, scope: Scope) -> None:
         assert self.ctx is not None
         out = self.out
-        codes = {n: self.fresh(f"ap_{n}_") for n, _ in info.params}
+        codes = {n: self.fresh(py_name("ap_", n) + "_") for n, _ in info.params}
         if len(codes) == 1:
             out(f"{next(iter(codes.values()))}, = _c.params")
         elif codes:
             out(f"{', '.join(codes.values())} = _c.params")
         self.lower_action_body(info, list(codes.values()), scope)
+
+
+def entry_match(match: tuple[str, int, int]) -> tuple[str, int, int]:
+    """A const entry's match as the table tells entries apart: an lpm of length 0 and a
+    ternary of mask 0 match anything, as ``_`` does (the control plane omits them)."""
+    kind, _a, b = match
+    if kind in ("lpm", "ternary") and b == 0:
+        return ("dontcare", 0, 0)
+    return match
 
 
 def contains_return(stmt: ast.Stmt) -> bool:
@@ -289,9 +358,13 @@ def contains_return(stmt: ast.Stmt) -> bool:
     if isinstance(stmt, ast.Block):
         return any(contains_return(s) for s in stmt.stmts)
     if isinstance(stmt, ast.If):
-        return contains_return(stmt.then) or (
-            stmt.other is not None and contains_return(stmt.other)
-        )
+        # An else-if chain may be thousands long: walked in a loop, not recursively.
+        link: ast.Stmt | None = stmt
+        while isinstance(link, ast.If):
+            if contains_return(link.then):
+                return True
+            link = link.other
+        return link is not None and contains_return(link)
     if isinstance(stmt, ast.Switch):
         return any(c.body is not None and contains_return(c.body) for c in stmt.cases)
     return False

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from control.errors import UserError
-from softswitch.frontend.lowered import DROP_PORT, action_id_global
+from softswitch.frontend.lowered import DROP_PORT
 from softswitch.pipeline import helpers
 from softswitch.runtime import RuntimeState
 
@@ -58,9 +58,8 @@ class Pipeline:
         if lowered.errors.get("PacketTooShort") != helpers._PACKET_TOO_SHORT:
             raise ValueError("core.p4 error codes changed; update pipeline.helpers")
         namespace: dict[str, Any] = dict(helpers.HELPERS)
-        namespace["_AID"] = dict(program.action_ids)
-        for name, action_id in program.action_ids.items():
-            namespace[action_id_global(name)] = action_id
+        for name, action_global in lowered.action_globals.items():
+            namespace[action_global] = program.action_ids[name]
         for table in lowered.tables:
             namespace[table.pyname] = self.runtime.tables[program.table_ids[table.name]]
         for counter in lowered.counters:
