@@ -151,11 +151,6 @@ CONST_ENTRIES = {
         ),
         "drop is @defaultonly in table ipv4_lpm: entries cannot use it",
     ),
-    "optional key": (
-        with_entries("@@1 : drop();", key="optional"),
-        "const entries of a table with an optional key (hdr.ipv4.dstAddr) are not supported "
-        "by this target",
-    ),
 }
 
 
@@ -166,6 +161,18 @@ def test_const_entries_the_table_would_refuse_at_load_are_refused_at_compile_tim
     """Each compiled, then loading the program raised (TableFullError, EntryExistsError,
     InvalidEntryError) with a traceback."""
     refused_at(source, message)
+
+
+def test_const_entries_of_an_optional_key_match_a_value_or_anything() -> None:
+    """They compiled to exact matches, which a table of an optional key refused when the
+    program loaded; p4c takes them."""
+    source = with_entries(
+        "0x0a000202 : ipv4_forward(9, 3);\n _ : ipv4_forward(9, 4);", key="optional"
+    )
+    pipeline = Pipeline(compile_source(source, "optional.p4"))
+    assert [port for port, _, _ in pipeline.process(1, FRAME)] == [3]
+    other = FRAME[:30] + bytes.fromhex("0a000203") + FRAME[34:]
+    assert [port for port, _, _ in pipeline.process(1, other)] == [4]
 
 
 def test_entries_equal_only_once_masked_or_of_other_priorities_are_distinct() -> None:

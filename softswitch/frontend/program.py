@@ -33,6 +33,7 @@ from softswitch.runtime import (
     ExactMatch,
     FieldMatch,
     LpmMatch,
+    OptionalMatch,
     RangeMatch,
     RuntimeState,
     TableEntry,
@@ -137,6 +138,8 @@ class CompiledProgram:
                         fields[field_id] = TernaryMatch(a & b, b)
                     elif kind == "range":
                         fields[field_id] = RangeMatch(a, b)
+                    elif kind == "optional":
+                        fields[field_id] = OptionalMatch(a)
                 entries.append(
                     TableEntry(fields, ActionCall(self.action_ids[action], tuple(args)), priority)
                 )

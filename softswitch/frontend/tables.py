@@ -120,7 +120,6 @@ class TableLowering(StatementLowering):
         also loads (a full table or a duplicate would refuse it with a traceback)."""
         entries: list[tuple[list[tuple[str, int, int]], int, str, list[int]]] = []
         needs_priority = any(k.match_kind in ("ternary", "range", "optional") for k in keys)
-        optional = next((k for k in keys if k.match_kind == "optional"), None)
         # Per entry key as the table identifies an entry, the line of the first with it.
         seen: dict[tuple[object, ...], SourceLocation] = {}
         for index, entry in enumerate(decl.entries or []):
@@ -129,13 +128,6 @@ class TableLowering(StatementLowering):
                     entry.loc,
                     f"table {decl.name} has more const entries than its size, {size:,}"
                     + (" (declare a larger size)" if decl.size else " (the default; declare one)"),
-                )
-            if optional is not None:
-                # The control plane holds no optional match for a const entry yet.
-                raise CompileError(
-                    entry.loc,
-                    f"const entries of a table with an optional key ({optional.name}) "
-                    "are not supported by this target",
                 )
             if entry.priority is not None and not needs_priority:
                 raise CompileError(
@@ -196,7 +188,7 @@ class TableLowering(StatementLowering):
                         "lpm": "lpm",
                         "ternary": "ternary",
                         "range": "range",
-                        "optional": "exact",
+                        "optional": "optional",
                     }.get(key.match_kind, "exact")
                     if kind == "lpm":
                         matches.append(("lpm", v, key.bitwidth))
@@ -204,6 +196,8 @@ class TableLowering(StatementLowering):
                         matches.append(("ternary", v, full))
                     elif kind == "range":
                         matches.append(("range", v, v))
+                    elif kind == "optional":
+                        matches.append(("optional", v, 0))
                     else:
                         matches.append(("exact", v, 0))
             action, args = self.bound_action(entry.action, decl, actions, scope, "action")
