@@ -12,10 +12,13 @@ as JSON). See ``docs/sweep.md`` for the format; in short::
         fixed: {queues: 8}                # optional, for this figure only
 
 Setting parameters (:data:`PARAMETERS`): ``workload`` (``hp-tuning``, ``fb2010``
-or a file), ``load``, ``queues`` (``ideal`` or K classes), ``quantize``, and
-for the HP-tuning generator the workload shape of ``beamer workload
-generate``: ``mix``, ``models``, ``eta``, ``max_trials``, ``sync``, ``jobs``,
-``hosts``. Errors name the file, line and field.
+or a file, a relative path starting at the grid file's directory), ``load``,
+``queues`` (``ideal`` or K classes), ``quantize``, and for the HP-tuning generator
+the workload shape of ``beamer workload generate``: ``mix``, ``models``, ``eta``,
+``max_trials``, ``sync``, ``jobs``, ``hosts``. Policies are named as ``beamer
+simulate --policies`` names them. Numbers are plain decimal (YAML 1.1's octal,
+hexadecimal, sexagesimal and ``_`` forms are refused) and only ``true``/``false``
+are booleans. Errors name the file, line and field.
 
 Limits, checked when the grid is read so that a mistake never runs for hours
 or fills the memory first: at most :data:`MAX_RUNS` runs (settings × seeds ×
@@ -29,6 +32,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -43,11 +47,13 @@ from typing import Any, NamedTuple, TypeGuard
 import yaml
 
 from control.errors import UserError
-from control.files import parse_json, read_text
+from control.files import parse_json, read_bytes, read_text
 from control.policies import POLICIES
+from control.policies.spec import parse_policy_list, policy_from_spec
 from control.quantize import STRATEGIES, Strategy
+from workloads.coflow_benchmark import default_trace_path
 from workloads.hp_tuning import HpTuningConfig
-from workloads.limits import SettingError
+from workloads.limits import MAX_FILE_BYTES, SettingError
 from workloads.shapes import MIXES, Mix, Shape, parse_models, parse_sync
 
 PARAMETERS: tuple[str, ...] = (
@@ -97,6 +103,9 @@ class Point:
 
     ``None`` keeps the default: load 0.8 for hp-tuning (a file's own arrivals
     otherwise), ideal classes, every model, both synchronisation patterns.
+    ``workload`` is ``hp-tuning``, ``fb2010`` or a file's absolute path, and
+    ``workload_sha256`` the digest of that file's content when the grid was read: a
+    run's key holds it, so results of a file since edited are not taken for its own.
     """
 
     workload: str = "hp-tuning"
@@ -110,6 +119,7 @@ class Point:
     sync: tuple[str, ...] | None = None
     jobs: int | None = None
     hosts: int | None = None
+    workload_sha256: str | None = None
 
     def key(self) -> str:
         """Canonical text of the point: equal points (from any figure) share runs."""
@@ -117,6 +127,8 @@ class Point:
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        if out["workload_sha256"] is None:  # hp-tuning: keys as before there was a digest
+            del out["workload_sha256"]
         for name in ("models", "sync"):
             if out[name] is not None:
                 out[name] = list(out[name])
@@ -304,30 +316,68 @@ def _construct_list(loader: _Loader, node: yaml.SequenceNode) -> _List:
     return out
 
 
+_PLAIN_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_PLAIN_FLOAT = re.compile(
+    r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|-?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
+
+
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
-    """An integer, refused (with its line) when longer than Python converts or prints."""
+    """An integer in plain decimal digits: YAML 1.1 reads ``010`` as 8, ``0b11`` as 3,
+    ``1:30`` as 90 and ``1_0`` as 10, which a grid must not run silently. Refused (with
+    its line) too when longer than Python converts."""
     limit = sys.get_int_max_str_digits()
-    message = f"an integer of more than {limit} digits"
     if limit and len(node.value) > limit:
-        raise _FieldError(node.start_mark.line + 1, "", message)
-    value = loader.construct_yaml_int(node)
-    if limit and value.bit_length() > 3 * limit:  # 0x... and 1:2:3 forms: can it be printed?
-        try:
-            str(value)
-        except ValueError:
-            raise _FieldError(node.start_mark.line + 1, "", message) from None
+        raise _FieldError(node.start_mark.line + 1, "", f"an integer of more than {limit} digits")
+    value = loader.construct_yaml_int(node)  # ValueError for !!int x: "not a valid int"
+    if not _PLAIN_INT.fullmatch(node.value):
+        raise _FieldError(node.start_mark.line + 1, "", _not_plain(node.value, value, "integer"))
     return value
+
+
+def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> float:
+    """A float in decimal digits, with or without exponent: YAML 1.1 reads ``1:30.0`` as
+    90.0 and ``1_0.5`` as 10.5."""
+    value = loader.construct_yaml_float(node)  # ValueError for !!float x: "not a valid float"
+    if not _PLAIN_FLOAT.fullmatch(node.value):
+        raise _FieldError(node.start_mark.line + 1, "", _not_plain(node.value, value, "number"))
+    return value
+
+
+def _not_plain(text: str, value: float, kind: str) -> str:
+    read = f" (YAML 1.1 reads it as {value!r})" if abs(value) < 1e30 else ""
+    return (
+        f"{_brief.repr(text)} is not a plain decimal {kind}{read}: write decimal digits, "
+        "or quote it for text"
+    )
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 # YAML 1.1, which PyYAML reads, takes 5e-1, 0.5e0 and 1e-05 (JSON numbers, YAML 1.2
 # floats) for strings: a float needs a dot there, and a sign in its exponent.
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+.0123456789"),
+)
+# YAML 1.1 also reads yes/no/on/off (any case) as booleans and 2001-12-14 as a date: a
+# figure named ``on`` or a workload file ``no`` would become False. As in YAML 1.2 and
+# JSON, only true and false are booleans here, and the rest text (no field takes a
+# boolean or a date, so either is refused where it does not belong).
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in (_BOOL_TAG, "tag:yaml.org,2002:timestamp")
+    ]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 
 
@@ -485,19 +535,13 @@ def _grid(path: Path, document: object) -> Grid:
     for required in ("policies", "seeds", "figures"):
         if required not in document:
             raise _FieldError(document.line, required, "missing")
-    policies = _names(document, "policies")
-    for index, name in enumerate(policies):
-        if name not in POLICIES:
-            raise _FieldError(
-                _line(document["policies"], index),
-                f"policies[{index}]",
-                f"unknown policy {_brief.repr(name)} (known: {', '.join(POLICIES)})",
-            )
+    policies = _policies(document)
     seeds = _seeds(document)
+    context = _Context(path.parent)
     defaults = document.get("defaults", _Map())
     if not isinstance(defaults, _Map):
         raise _FieldError(_line(document, "defaults"), "defaults", "must be a mapping")
-    base = _parameters(defaults, "defaults")
+    base = _parameters(defaults, "defaults", context)
     figures_doc = document["figures"]
     if not isinstance(figures_doc, _List) or not figures_doc:
         raise _FieldError(_line(document, "figures"), "figures", "must be a non-empty list")
@@ -506,7 +550,9 @@ def _grid(path: Path, document: object) -> Grid:
         settings_before = sum(len(figure.settings) for figure in figures)
         where = f"figures[{index}]"
         line = _line(figures_doc, index)
-        figure = _figure(item, where, line, base, settings_before, len(seeds), len(policies))
+        figure = _figure(
+            item, where, line, base, settings_before, len(seeds), len(policies), context
+        )
         for known in figures:
             if known.name == figure.name:
                 message = f"{figure.name!r} appears twice"
@@ -519,7 +565,48 @@ def _grid(path: Path, document: object) -> Grid:
                 continue
             raise _FieldError(_line(item, "name"), f"{where}.name", message)
         figures.append(figure)
+    _check_seeds_matter(document, seeds, figures)
     return Grid(path, tuple(policies), tuple(seeds), tuple(figures))
+
+
+def _policies(document: _Map) -> list[str]:
+    """The policies, named as ``beamer simulate --policies`` names them (a registered name
+    or a variant such as ``beamer:split_trials=true``) and checked by the same parser."""
+    policies = _names(document, "policies")
+    given = document["policies"]
+    for index, name in enumerate(policies):
+        line = _line(given, index) if isinstance(given, _List) else _line(document, "policies")
+        try:
+            policy_from_spec(name)
+        except UserError as error:
+            message = str(error)
+            if ":" not in name:  # the registry's message, with a long name cut short
+                message = f"unknown policy {_brief.repr(name)} (known: {', '.join(POLICIES)})"
+            raise _FieldError(line, f"policies[{index}]", message) from None
+    try:  # one policy in two spellings (beamer, beamer:split_trials=false) would run twice
+        parse_policy_list(",".join(policies), "policies", check=lambda name: None)
+    except UserError as error:
+        message = str(error).removeprefix("policies: ")
+        raise _FieldError(_line(document, "policies"), "policies", message) from None
+    return policies
+
+
+def _check_seeds_matter(document: _Map, seeds: list[int], figures: list[Figure]) -> None:
+    """Only hp-tuning draws its workload from the seed: a file or fb2010 on three seeds
+    runs the same thing three times and reports it as three independent seeds."""
+    if len(seeds) < 2:
+        return
+    for figure in figures:
+        for setting in figure.settings:
+            workload = setting.point.workload
+            if workload != "hp-tuning":
+                raise _FieldError(
+                    _line(document, "seeds"),
+                    "seeds",
+                    f"{len(seeds)} seeds, but the workload {workload} (figure {figure.name}) "
+                    "is the same on every seed (only hp-tuning is drawn from the seed): give "
+                    "one seed, or put that workload in a grid of its own",
+                )
 
 
 def _names(document: _Map, field: str) -> list[str]:
@@ -561,6 +648,7 @@ def _figure(
     settings_before: int,
     seeds: int,
     policies: int,
+    context: _Context,
 ) -> Figure:
     """A figure's settings; refused before they are made if with the ``settings_before``
     settings of the figures above, on ``seeds`` seeds and ``policies`` policies, the grid
@@ -587,7 +675,7 @@ def _figure(
     fixed_doc = item.get("fixed", _Map())
     if not isinstance(fixed_doc, _Map):
         raise _FieldError(_line(item, "fixed"), f"{where}.fixed", "must be a mapping")
-    fixed = {**base, **_parameters(fixed_doc, f"{where}.fixed")}
+    fixed = {**base, **_parameters(fixed_doc, f"{where}.fixed", context)}
     vary = item.get("vary")
     if not isinstance(vary, _Map) or not vary:
         raise _FieldError(
@@ -618,7 +706,7 @@ def _figure(
         axis: list[tuple[str, str, _Value]] = []
         seen: set[Any] = set()  # parsed values are hashable: a set keeps this linear
         for index, value in enumerate(values):
-            given = _parameter(parameter, value, _line(values, index), f"{field}[{index}]")
+            given = _parameter(parameter, value, _line(values, index), f"{field}[{index}]", context)
             if given.parsed in seen:
                 # The same setting twice would be run twice and count twice in the table.
                 raise _FieldError(given.line, given.field, "repeats a value")
@@ -649,7 +737,7 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def _parameters(document: _Map, where: str) -> dict[str, _Value]:
+def _parameters(document: _Map, where: str, context: _Context) -> dict[str, _Value]:
     out: dict[str, _Value] = {}
     for parameter, value in document.items():
         field = f"{where}.{parameter}"
@@ -659,7 +747,7 @@ def _parameters(document: _Map, where: str) -> dict[str, _Value]:
                 field,
                 f"unknown parameter (known: {', '.join(PARAMETERS)})",
             )
-        out[parameter] = _parameter(parameter, value, _line(document, parameter), field)
+        out[parameter] = _parameter(parameter, value, _line(document, parameter), field, context)
     return out
 
 
@@ -672,17 +760,59 @@ class _Value(NamedTuple):
     field: str
 
 
-def _parameter(name: str, value: object, line: int, field: str) -> _Value:
+def _parameter(name: str, value: object, line: int, field: str, context: _Context) -> _Value:
     """One parameter's value, checked and normalised."""
     try:
-        return _Value(_parse_parameter(name, value), line, field)
+        return _Value(_parse_parameter(name, value, context), line, field)
     except UserError as error:
         message = str(error)
         prefix = f"{name}: "
         raise _FieldError(line, field, message.removeprefix(prefix)) from None
 
 
-def _parse_parameter(name: str, value: object) -> Any:
+class _Workload(NamedTuple):
+    """A ``workload`` value: ``hp-tuning``, ``fb2010`` or a file's absolute path, and the
+    digest of the file's content (``None`` for hp-tuning)."""
+
+    name: str
+    sha256: str | None
+
+
+_HP_TUNING = _Workload("hp-tuning", None)
+
+
+@dataclass(slots=True)
+class _Context:
+    """What a parameter's check needs beyond its value: the grid file's directory, where
+    a relative workload path starts (not the current directory, which changes with where
+    the command runs), and the workload files read so far (each is read once)."""
+
+    directory: Path
+    workloads: dict[str, _Workload] = dataclasses.field(default_factory=dict)
+
+    def workload(self, value: str) -> _Workload:
+        """The workload named ``value``; a file is loaded as a run would load it, so that
+        a missing or malformed one is refused at the grid's line, not when the runs start."""
+        if value == "hp-tuning":
+            return _HP_TUNING
+        if "\0" in value:  # shown as written: no file has such a name, wherever it starts
+            raise UserError(f"{_brief.repr(value)}: not a file name (it holds a NUL character)")
+        if value == "fb2010":
+            name, path = value, default_trace_path()
+        else:
+            path = (self.directory / value).absolute()
+            name = str(path)
+        if name not in self.workloads:
+            from workloads.loader import load_workload
+
+            if not load_workload(name).experiments:
+                raise UserError(f"{name}: no experiments, so no SCT to compare")
+            data = read_bytes(path, what="workload file", max_bytes=MAX_FILE_BYTES)
+            self.workloads[name] = _Workload(name, hashlib.sha256(data).hexdigest())
+        return self.workloads[name]
+
+
+def _parse_parameter(name: str, value: object, context: _Context) -> Any:
     shown = _brief.repr(value)
 
     def integer(minimum: int) -> int:
@@ -693,7 +823,7 @@ def _parse_parameter(name: str, value: object) -> Any:
     if name == "workload":
         if not isinstance(value, str) or not value:
             raise UserError("must be hp-tuning, fb2010 or a workload file")
-        return value
+        return context.workload(value)
     if name == "load":
         try:
             number = float(value) if isinstance(value, int | float) else math.nan
@@ -744,7 +874,7 @@ def _point(chosen: Mapping[str, _Value], line: int, field: str) -> Point:
     reported at the parameter that holds the offending value (``line`` and ``field``, the
     figure's ``vary``, when the grid does not set it)."""
     values = {name: given.parsed for name, given in chosen.items()}
-    workload = values.get("workload", "hp-tuning")
+    workload, workload_sha256 = values.get("workload", _HP_TUNING)
     if workload != "hp-tuning":
         shaped = sorted(set(values) & set(SHAPE_PARAMETERS))
         if shaped:
@@ -766,6 +896,7 @@ def _point(chosen: Mapping[str, _Value], line: int, field: str) -> Point:
         sync=values.get("sync"),
         jobs=values.get("jobs"),
         hosts=values.get("hosts"),
+        workload_sha256=workload_sha256,
     )
     if workload == "hp-tuning":
         try:
@@ -814,8 +945,11 @@ def run_key(point: Point, seed: int, policy: str) -> str:
 
 
 def describe(point: Point, keys: Sequence[str] = PARAMETERS) -> str:
-    """A grid point as ``name=value`` pairs, for messages."""
+    """A grid point as ``name=value`` pairs, for messages (the parameters among ``keys``:
+    a workload's digest names nothing the user wrote)."""
     values = point.as_dict()
     return " ".join(
-        f"{name}={_show(values[name]) if values[name] is not None else 'default'}" for name in keys
+        f"{name}={_show(values[name]) if values[name] is not None else 'default'}"
+        for name in keys
+        if name in PARAMETERS
     )

@@ -118,7 +118,7 @@ def test_a_closed_output_pipe_ends_quietly(
     ("seeds", "workload", "message"),
     [
         ("[1, -1]", "hp-tuning", ":2: seeds[1]: -1 is negative"),
-        ("[1]", '"a\\0b"', "workload: 'a\\x00b': not a file name (it holds a NUL character)"),
+        ("[1]", '"a\\0b"', "workload[0]: 'a\\x00b': not a file name (it holds a NUL character)"),
     ],
 )
 def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(

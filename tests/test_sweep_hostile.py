@@ -323,12 +323,13 @@ def test_a_yaml_merge_may_override_a_key_but_a_key_twice_is_refused(tmp_path: Pa
         (
             "policies: [fair]\nseeds: [1]\ndefaults: {hosts: 4}\nfigures:\n  - name: a\n"
             "    vary: {load: [0.5]}\n",
-            "small.yaml:3: defaults.hosts: 4 workers per trial need 2..4 distinct hosts",
+            "small.yaml:3: defaults.hosts: 4 workers per trial and a parameter server need 5 "
+            "distinct hosts, more than the 4 hosts",
         ),
         (
             "policies: [fair]\nseeds: [1]\nfigures:\n  - name: a\n    vary:\n"
             "      hosts: [16,\n        4]\n",
-            "small.yaml:7: figures[0].vary.hosts[1]: 4 workers per trial need",
+            "small.yaml:7: figures[0].vary.hosts[1]: 4 workers per trial and a parameter",
         ),
         (
             "policies: [fair]\nseeds: [1]\ndefaults: {max_trials: 4}\nfigures:\n  - name: a\n"

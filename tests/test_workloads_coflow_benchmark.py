@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import tracemalloc
 from pathlib import Path
@@ -290,3 +291,59 @@ def test_blank_lines_and_excess_lines_cost_no_memory_of_their_own() -> None:
         tracemalloc.stop()
     assert blank_peak < 1_000_000
     assert excess_peak < 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("1 0 2 0 0 1 2:1", "mapper port 0 is listed twice"),
+        ("1 0 3 0 1 0 1 2:1", "mapper port 0 is listed twice"),
+        ("1 0 1 0 2 2:1 2:1", "reducer port 2 is listed twice"),
+        ("1 0 1 0 3 1:1 2:1 1:4", "reducer port 1 is listed twice"),
+    ],
+)
+def test_a_port_listed_twice_in_a_coflow_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    """The reader made the two into one port's flows, which ``workload to-trace`` then
+    refused as not an even shuffle: what one tool reads, the other must write."""
+    from control.cli import main
+
+    path = tmp_path / "twice.txt"
+    path.write_text(f"3 1\n{line}\n")
+    with pytest.raises(UserError) as caught:
+        coflow_benchmark.read(path)
+    assert str(caught.value) == f"{path}:2: {message}"
+    assert main(["workload", "show", str(path)]) == 2
+    assert capsys.readouterr().err == f"beamer: error: {path}:2: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("size", "bytes_shown"),
+    [("1e-300", "1.05e-294"), ("0.0000001", "0.105"), ("0.0000009", "0.944")],
+)
+def test_a_reducer_of_less_than_one_byte_is_refused(size: str, bytes_shown: str) -> None:
+    """It became a coflow of 0 bytes, silently."""
+    with pytest.raises(UserError) as caught:
+        coflow_benchmark.parse(f"3 1\n1 0 1 0 1 2:{size}\n", "tiny.txt")
+    assert str(caught.value) == (
+        f"tiny.txt:2: reducer 2 size {size} MB is less than one byte ({bytes_shown} bytes; "
+        "sizes are 0 or at least 1 byte)"
+    )
+
+
+def test_reducers_of_zero_and_of_one_byte_are_read() -> None:
+    """The writer writes an all-local coflow as a reducer of 0 MB; one byte is the least
+    a flow may carry."""
+    one_byte = repr(1 / MB)
+    workload = coflow_benchmark.parse(f"3 2\n1 0 1 0 1 2:0\n2 0 1 0 1 2:{one_byte}\n")
+    assert _flows(workload, 1) == ()
+    assert _flows(workload, 2) == (Flow(0, 2, 1),)
+
+
+def test_an_arrival_of_minus_zero_is_zero() -> None:
+    """-0 ms was kept as -0.0 s: shown as -0.000 s and written back as -0.0."""
+    workload = coflow_benchmark.parse("3 1\n1 -0 1 0 1 2:1\n")
+    arrival = workload.experiments[0].arrival_s
+    assert arrival == 0.0 and math.copysign(1.0, arrival) == 1.0
+    assert "-0" not in coflow_benchmark.dumps(workload)

@@ -249,10 +249,14 @@ def test_scaling_knobs_act_alone() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"num_hosts": 8}, "8 workers per trial need"),
+        (
+            {"num_hosts": 8},
+            "8 workers per trial and a parameter server need 9 distinct hosts, more than the 8",
+        ),
+        ({"num_hosts": 7, "patterns": ("ring",)}, "8 workers per trial need 8 distinct hosts"),
         ({"models": ("resnet50", "gpt9")}, "unknown model 'gpt9'"),
         ({"load": 0.0}, "load: must be a positive number"),
-        ({"workers": (1,)}, "1 workers per trial need"),
+        ({"workers": (1,)}, "workers: 1 per trial, fewer than the 2 a trial needs"),
         ({"jobs": (JobShape("sha", 8, 2),), "num_jobs": 0}, "num_jobs: must be 1..10000"),
     ],
 )
@@ -348,7 +352,17 @@ def test_too_few_hosts_for_the_workers_names_the_hosts() -> None:
     with pytest.raises(SettingError) as refused:
         generate(HpTuningConfig(num_hosts=3, workers=(4,)))
     assert refused.value.field == "num_hosts"
-    assert "4 workers per trial need 2..3 distinct hosts" in str(refused.value)
+    assert str(refused.value) == (
+        "num_hosts: 4 workers per trial and a parameter server need 5 distinct hosts, "
+        "more than the 3 hosts"
+    )
+
+
+def test_a_ring_only_workload_needs_no_host_for_a_server() -> None:
+    """The bound stated is the pattern's: with ring only, 8 workers fit on 8 hosts."""
+    assert HpTuningConfig(num_hosts=8, patterns=("ring",)).num_hosts == 8
+    with pytest.raises(SettingError, match=r"^num_hosts: 8 workers per trial need 8 distinct"):
+        HpTuningConfig(num_hosts=7, patterns=("ring",))
 
 
 def test_coflows_on_many_hosts_are_limited_by_their_product() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -339,3 +340,19 @@ def test_the_writer_refuses_a_file_above_the_size_limit(
     with pytest.raises(UserError, match=r"w.json: not written: 1,\d{3} bytes, above the limit"):
         json_format.write(json_format.read(DATA / "tiny_workload.json"), path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("field", ["arrival_s", "compute_s"])
+def test_minus_zero_times_are_read_as_zero(tmp_path: Path, field: str) -> None:
+    """-0.0 was kept: ``workload show`` printed arrivals of -0.000 s and the JSON written
+    back held -0.0."""
+    text = re.sub(rf'"{field}": [0-9.]+', f'"{field}": -0.0', _sample())
+    assert f'"{field}": -0.0' in text
+    path = tmp_path / "w.json"
+    path.write_text(text)
+    workload = json_format.read(path)
+    values = [workload.experiments[0].arrival_s] + [
+        trial.compute_s for stage in workload.experiments[0].stages for trial in stage.trials
+    ]
+    assert all(math.copysign(1.0, value) == 1.0 for value in values)
+    assert "-0.0" not in json_format.dumps(workload)

@@ -24,7 +24,7 @@ import math
 import os
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,7 +236,7 @@ def _float(token: str, what: str, *, high: float, unit: str = "") -> float:
         raise _LineError(f"{what} {token} is negative")
     if value > high:
         raise _LineError(f"{what} {token} is above the limit of {high:g}{unit}")
-    return value
+    return value + 0.0  # -0 is 0: shown as -0.000 s, and written -0.0, otherwise
 
 
 def _port(token: str, num_ports: int, role: str) -> int:
@@ -272,6 +272,7 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
     if len(fields) <= reducer_index:
         raise _LineError(_missing_mappers(num_mappers, fields[3:]))
     mappers = tuple(_port(token, num_ports, "mapper") for token in fields[3:reducer_index])
+    _refuse_repeated(mappers, "mapper")
     num_reducers = _int(fields[reducer_index], "number of reducers", low=1, high=MAX_PORTS)
     reducer_tokens = fields[reducer_index + 1 :]
     if len(reducer_tokens) != num_reducers:
@@ -284,10 +285,26 @@ def _record(fields: list[str], num_ports: int) -> TraceCoflow:
         if not colon:
             raise _LineError(f"reducer {token!r} is not 'port:MB'")
         reducer = _port(port_text, num_ports, "reducer")
-        reducers.append(
-            (reducer, _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB, unit=" MB"))
-        )
+        mb = _float(mb_text, f"reducer {reducer} size (MB)", high=MAX_MB, unit=" MB")
+        if 0 < mb * BYTES_PER_MB < 1:
+            raise _LineError(
+                f"reducer {reducer} size {mb_text} MB is less than one byte "
+                f"({mb * BYTES_PER_MB:.3g} bytes; sizes are 0 or at least 1 byte)"
+            )
+        reducers.append((reducer, mb))
+    _refuse_repeated([port for port, _ in reducers], "reducer")
     return TraceCoflow(coflow_id, arrival_ms, mappers, tuple(reducers))
+
+
+def _refuse_repeated(ports: Sequence[int], role: str) -> None:
+    """A port listed twice among a coflow's mappers or reducers: the reader would make
+    its flows into one (the writer then refuses them as not an even shuffle), and which
+    was meant, two shares or one, no reader can tell."""
+    seen: set[int] = set()
+    for port in ports:
+        if port in seen:
+            raise _LineError(f"{role} port {port} is listed twice")
+        seen.add(port)
 
 
 def _missing_mappers(num_mappers: int, following: list[str]) -> str:

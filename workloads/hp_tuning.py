@@ -159,12 +159,21 @@ class HpTuningConfig:
             if pattern not in ("ring", "ps"):
                 raise UserError(f"pattern must be 'ring' or 'ps', not {pattern!r}")
         for workers in self.workers:
-            hosts_needed = workers + (1 if "ps" in self.patterns else 0)
-            if workers < 2 or hosts_needed > self.num_hosts:
+            if workers < 2:
+                raise SettingError(
+                    "workers", f"{workers} per trial, fewer than the 2 a trial needs"
+                )
+            # The bound of the pattern that needs most: a parameter server is one more host.
+            server = "ps" in self.patterns
+            hosts_needed = workers + server
+            if hosts_needed > self.num_hosts:
+                whom = f"{workers} workers per trial" + (
+                    " and a parameter server" if server else ""
+                )
                 raise SettingError(
                     "num_hosts",
-                    f"{workers} workers per trial need 2..{self.num_hosts} distinct hosts "
-                    f"(a parameter server takes one more)",
+                    f"{whom} need {hosts_needed} distinct hosts, more than the "
+                    f"{self.num_hosts} hosts",
                 )
         _check_sizes(self)
 

@@ -320,7 +320,7 @@ def _number(value: Any, path: JsonPath, *, positive: bool, high: float | None = 
         raise _Invalid(path, f"{value} must be positive")
     if number < 0:
         raise _Invalid(path, f"{value} must not be negative")
-    return number
+    return number + 0.0  # -0.0 is 0.0: shown as -0.000 s, and written -0.0, otherwise
 
 
 def _string(value: Any, path: JsonPath) -> str:
