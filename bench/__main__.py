@@ -54,7 +54,17 @@ def main() -> int:
         results[name] = run_one(name, args.quick)
     json.dump(results, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+    failed = [name for name, result in results.items() if failed_result(result)]
+    if failed:
+        # The JSON above holds every result; a script or CI job needs the status too.
+        print(f"python -m bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def failed_result(result: object) -> bool:
+    """Whether ``result`` is :func:`run_one`'s report of a benchmark that failed."""
+    return isinstance(result, dict) and "error" in result
 
 
 if __name__ == "__main__":

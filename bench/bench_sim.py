@@ -44,6 +44,7 @@ from control.policies.base import BasePolicy, Ranking, Snapshot
 from control.policies.spec import parse_policy_list
 from sim.engine import FlowModel, SimConfig, SimResult, simulate
 from workloads import coflow_benchmark, hp_tuning
+from workloads.files import read_text
 from workloads.loader import load_workload
 
 GOALS = {"offline_wall_s": 3.0, "fb2010_wall_s": 10.0, "hp_tuning_speedup": 4.0}
@@ -172,7 +173,10 @@ def summary(figures: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def offline_subset(max_flows: int, head: int | None) -> Workload:
-    text = coflow_benchmark.default_trace_path().read_text()
+    """The offline subset of the FB2010 trace (``$BEAMER_FB2010`` or the packaged copy),
+    read as ``beamer`` reads a workload: ``/dev/zero`` or a FIFO is one line, not a read
+    that never ends."""
+    text = read_text(coflow_benchmark.default_trace_path())
     workload = coflow_benchmark.parse(
         coflow_benchmark.offline(text, max_flows=max_flows), "offline"
     )

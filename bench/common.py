@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -58,7 +59,8 @@ def parse_seed_ranges(text: str) -> list[int]:
 
 
 def run_command(run_main: Callable[[], None]) -> None:
-    """Run a benchmark's ``run_main``; a user error is one line on stderr and its exit status."""
+    """Run a benchmark's ``run_main``; a user error is one line on stderr and its exit
+    status, Ctrl-C the line "interrupted" and 130 (a traceback says nothing here)."""
     from control.errors import UserError
 
     try:
@@ -66,6 +68,9 @@ def run_command(run_main: Callable[[], None]) -> None:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(error.exit_status)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 def stop_child(child: subprocess.Popen[Any], timeout_s: float) -> None:
@@ -98,6 +103,23 @@ def pool_size(workers: int) -> int:
     return max(1, min(workers, os.cpu_count() or 1))
 
 
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """The process pool of a bench that spreads seeds over ``--workers`` processes."""
-    return ProcessPoolExecutor(max_workers=pool_size(workers))
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """The process pool of a bench that spreads seeds over ``--workers`` processes.
+
+    Its workers leave Ctrl-C to the bench (each would print a traceback of its own) and
+    end with it however it ends; left early (Ctrl-C, a run that failed), the pool ends
+    its workers at once rather than wait for the runs in progress."""
+    from sim.executors import end_with, end_workers
+
+    pool = ProcessPoolExecutor(
+        max_workers=pool_size(workers), initializer=end_with, initargs=(os.getpid(),)
+    )
+    finished = False
+    try:
+        yield pool
+        finished = True
+    finally:
+        if not finished:
+            end_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -34,6 +34,7 @@ from bench.common import (
 from control.cli import OneLineErrors
 from control.errors import UserError
 from control.model import Workload
+from control.options import comma_items, refuse_repeats
 from control.policies.spec import parse_policy_list, policy_from_spec
 from sim.engine import SimConfig, SimResult, simulate
 from workloads import hp_tuning
@@ -121,10 +122,12 @@ def run_main() -> None:
     args = parser.parse_args()
     seeds = parse_seed_ranges(args.seeds)
     policies = parse_policy_list(args.policies)
-    chosen = args.settings.split(",")
+    chosen = comma_items(args.settings, "--settings")
     unknown = [s for s in chosen if s not in SETTINGS]
     if unknown:
         raise UserError(f"unknown setting {unknown[0]!r} (known: {', '.join(SETTINGS)})")
+    # Twice, a setting's seeds would run twice and count as twice as many.
+    refuse_repeats(chosen, "--settings")
     jobs = [(s, seed) for s in chosen for seed in seeds]
     with worker_pool(args.workers) as pool:
         futures = [pool.submit(one_run, s, seed, policies) for s, seed in jobs]

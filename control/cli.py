@@ -9,10 +9,11 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn, TextIO, cast
 
 from control.errors import UserError
+from control.interrupts import Interrupted
 
 # Each module defines ``register(subparsers)``, which adds its sub-commands and
 # sets ``func`` (args -> exit status) on them.
@@ -85,25 +86,80 @@ def shortened(message: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = cast(TextIO, CheckedOutput(stdout))
     try:
         status: int = args.func(args)
-        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        sys.stdout.flush()  # here, where a closed pipe or a full disk is caught, not at exit
     except UserError as error:
         print(f"beamer: error: {shortened(str(error))}", file=sys.stderr)
         return error.exit_status
+    except Interrupted as interrupted:  # SIGTERM, SIGHUP: the status a shell shows for them
+        print("beamer: interrupted", file=sys.stderr)
+        return 128 + _signal_number(interrupted, signal.SIGTERM)
     except KeyboardInterrupt:
         print("beamer: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except OutputFailed as failed:
+        if not isinstance(failed.error, BrokenPipeError):
+            reason = failed.error.strerror or str(failed.error)
+            print(f"beamer: error: standard output: {reason}", file=sys.stderr)
+        closed = _output_closed()
+        return closed if isinstance(failed.error, BrokenPipeError) else 1
     except BrokenPipeError:
         return _output_closed()
+    finally:
+        sys.stdout = stdout
     return status
+
+
+class OutputFailed(Exception):
+    """Writing standard output failed with ``error`` (a full disk, a closed pipe), told
+    apart from the same error anywhere else, which is a bug and keeps its traceback."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class CheckedOutput:
+    """Standard output while a command runs: the stream, but a write or flush that fails
+    raises :class:`OutputFailed` (the error alone does not say which file failed)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputFailed(error) from error
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputFailed(error) from error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _signal_number(interrupted: Interrupted, default: int) -> int:
+    """The signal that raised ``interrupted`` (its message is the signal's name)."""
+    name = str(interrupted)
+    return int(signal.Signals[name]) if name in signal.Signals.__members__ else default
 
 
 def _output_closed() -> int:
     """Standard output was closed by its reader (``beamer ... | head``): stop quietly, as
     a command killed by SIGPIPE does, rather than with a traceback; the interpreter's
     last flush of what is left would fail again, so what is left goes nowhere."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):  # ValueError: no file descriptor
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

@@ -21,7 +21,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -291,12 +291,53 @@ def output_directory(text: str, option: str = "--out") -> Path:
     return path
 
 
+_MADE: list[list[Path]] = []
+"""Per :func:`removed_if_left_empty` block (innermost last): the directories
+:func:`writable_directory` made in it, outermost first."""
+
+
+@contextlib.contextmanager
+def removed_if_left_empty() -> Iterator[None]:
+    """Remove again, at the end of the block, each directory :func:`writable_directory`
+    made in it that is still empty: a command stopped before its first output (Ctrl-C, a
+    failed run) leaves no empty ``--out``, nor the parents made for it. A directory that
+    was there before is never removed."""
+    made: list[Path] = []
+    _MADE.append(made)
+    try:
+        yield
+    finally:
+        _MADE.remove(made)
+        for directory in reversed(made):  # innermost first
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break  # not empty (or not ours to remove): nor are its parents
+
+
+def _make_directory(path: Path) -> None:
+    """``mkdir -p path``, noting in the innermost :func:`removed_if_left_empty` block
+    each directory it made."""
+    missing = []
+    for directory in (path, *path.parents):
+        if os.path.lexists(directory):
+            break
+        missing.append(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    finally:  # a failure part of the way made the outer ones
+        if _MADE:
+            _MADE[-1].extend(d for d in reversed(missing) if d not in _MADE[-1] and d.is_dir())
+
+
 def writable_directory(path: Path, option: str = "--out") -> Path:
     """``path`` made if need be, and shown to take a new file, before a run whose results
     go there starts: a directory that cannot be written (``/proc``, another user's)
     must not cost the run."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        _make_directory(path)
         fd, name = tempfile.mkstemp(dir=path, prefix=".probe.", suffix=".tmp")
         os.close(fd)
         os.unlink(name)

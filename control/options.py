@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -12,14 +13,18 @@ from control.errors import UserError
 
 T = TypeVar("T", bound=Hashable)
 
-PLAINLY = "digits 0-9 only, no '_'"
+PLAINLY = "digits 0-9 only, no '_', '+' or spaces"
 """What :func:`integer` and :func:`number` ask of a value they refuse for its spelling."""
+
+_INTEGER = re.compile(r"-?[0-9]+")
+"""An integer as the README writes it, ASCII digits (``int`` also takes '١٠', '1_0', '+1'
+and ' 1'); a '-' is let through for the option's range check to name the value."""
 
 
 def integer(text: str) -> int:
-    """An integer option (argparse ``type``): like ``int``, but ASCII digits without '_',
-    as every other number the project reads (``int`` also takes '١٠' and '1_0')."""
-    if not written_plainly(text):
+    """An integer option (argparse ``type``): like ``int``, but ASCII digits (no '_', '+'
+    or spaces), as every other number the project reads."""
+    if _INTEGER.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r} ({PLAINLY})")
     try:
         return int(text, 10)
@@ -30,7 +35,7 @@ def integer(text: str) -> int:
 def number(text: str) -> float:
     """A number option (argparse ``type``): like ``float``, spelled as :func:`integer`
     asks; the command checks the range (NaN and infinities included)."""
-    if not written_plainly(text):
+    if not written_plainly(text) or text != text.strip() or text.startswith("+"):
         raise argparse.ArgumentTypeError(f"invalid float value: {text!r} ({PLAINLY})")
     try:
         return float(text)
@@ -41,7 +46,7 @@ def number(text: str) -> float:
 def seed(text: str) -> int:
     """A seed option (argparse ``type``): a whole number of ASCII digits. A negative seed
     draws the same workload as its absolute value (``random.Random`` takes ``abs``)."""
-    if not is_decimal(text.strip()):
+    if not is_decimal(text):
         raise argparse.ArgumentTypeError(
             f"invalid int value: {text!r} (a seed is a whole number >= 0)"
         )
@@ -54,17 +59,27 @@ def seed(text: str) -> int:
 def parse_seeds(text: str, option: str = "--seeds") -> tuple[int, ...]:
     """Comma-separated seeds (whole numbers >= 0), each once: a seed given twice would run
     twice and weigh twice in every mean."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
+    parts = comma_items(text, option, "seed")
     if not all(is_decimal(part) for part in parts):
         raise UserError(f"{option}: {text!r} is not a comma-separated list of whole numbers >= 0")
     try:
         seeds = tuple(int(part) for part in parts)
     except ValueError:  # more digits than int() converts
         raise UserError(f"{option}: {text!r} is not a comma-separated list of seeds") from None
-    if not seeds:
-        raise UserError(f"{option}: no seed given")
     refuse_repeats(seeds, option, lambda value: f"seed {value}")
     return seeds
+
+
+def comma_items(text: str, option: str, what: str = "value") -> list[str]:
+    """The items of a comma-separated option, without the spaces around them (``what``
+    names one where there is none). An empty item (``1,,2``, a comma at an end) is
+    refused: it is a slip, and passing over it would run other than what was typed."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise UserError(f"{option}: no {what} given")
+    if not all(items):
+        raise UserError(f"{option}: {text!r} has an empty item (two commas, or one at an end)")
+    return items
 
 
 def refuse_repeats(values: Iterable[T], what: str, show: Callable[[T], str] = repr) -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -19,9 +20,11 @@ from control.files import (
     csv_bytes,
     output_directory,
     outputs_ready,
+    removed_if_left_empty,
 )
+from control.interrupts import restore_handlers, unwind_on_termination
 from control.model import StageKey, Workload
-from control.options import integer, number, refuse_repeats
+from control.options import comma_items, integer, number, refuse_repeats
 from control.options import parse_seeds as seed_list
 from control.options import seed as seed_option
 from control.policies import POLICIES
@@ -97,18 +100,28 @@ def add_executor_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+SEEDED_WORKLOADS = ("hp-tuning",)
+"""The workloads drawn from the seed; any other (fb2010, a file) is the same for every seed."""
+
+
 def parse_seeds(args: argparse.Namespace) -> list[int]:
+    """The workload seeds. Only a generated workload has them: with a trace or a file,
+    seeds 1,2 would run the same workload twice and report it as two seeds."""
     if args.seed is not None and args.seeds is not None:
         raise UserError("--seed and --seeds: give one or the other")
-    if args.seeds is None:
-        return [1 if args.seed is None else args.seed]
-    return list(seed_list(args.seeds))
+    seeds = [1 if args.seed is None else args.seed] if args.seeds is None else seed_list(args.seeds)
+    given = "--seeds" if args.seeds is not None else "--seed" if args.seed is not None else None
+    if given is not None and args.workload not in SEEDED_WORKLOADS:
+        raise UserError(
+            f"{given}: the workload {args.workload} is the same for every seed (only "
+            f"{', '.join(SEEDED_WORKLOADS)} is drawn from one): leave {given} out"
+        )
+    return list(seeds)
 
 
 def parse_queues(text: str) -> list[int | None]:
     modes: list[int | None] = []
-    for part in text.split(","):
-        part = part.strip()
+    for part in comma_items(text, "--queues"):
         if part == "ideal":
             modes.append(None)
             continue
@@ -131,6 +144,18 @@ def mode_label(mode: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``beamer simulate``. SIGTERM and SIGHUP stop it as Ctrl-C does (the runs in
+    progress end, their workers with them), and a directory it made for ``--out`` and
+    left empty is removed again."""
+    previous = unwind_on_termination()
+    try:
+        with removed_if_left_empty():
+            return _simulate(args)
+    finally:
+        restore_handlers(previous)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args)
     modes = parse_queues(args.queues)
     policies = parse_policies(args.policies)
@@ -173,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
 
     summary = _aggregate(per_seed, policies, modes)
     reference = "beamer" if "beamer" in policies else None
+    # The files first: a closed or full standard output must not cost them.
+    if out is not None:
+        _write_outputs(out, summary, sct_values, stage_rows, policies, modes, reference)
     if args.json:
         # A metric with no value (a slowdown where every stage took no time) is null:
         # NaN is not JSON.
@@ -191,8 +219,6 @@ def run(args: argparse.Namespace) -> int:
             labels = [n if len(modes) == 1 else f"{n} {mode_label(mode)}" for n in policies]
             print(f"\nqueues: {mode_label(mode)}")
             print(table({label: summary[label] for label in labels}, reference))
-    if out is not None:
-        _write_outputs(out, summary, sct_values, stage_rows, policies, modes, reference)
     return 0
 
 
@@ -351,3 +377,31 @@ def _write_outputs(
                 f"average SCT relative to {reference}, queues {name}",
             )
     atomic_write_all_bytes(files)
+    _remove_stale_outputs(out, {target.name for target in files})
+
+
+STALE_OUTPUT = re.compile(r"(sct_cdf|avg_sct_vs_beamer)_(ideal|([1-9]|[1-5][0-9]|6[0-4])q)\.png")
+"""The plots ``--out`` gets whose set depends on the run (its queue modes, whether Beamer
+is compared): the names of every one this command can write, and of nothing else."""
+
+
+def _remove_stale_outputs(out: Path, written: set[str]) -> None:
+    """Remove the plots an earlier run left in ``out`` that this one did not write (other
+    queue modes, no Beamer): they would sit beside this run's summary as if they were
+    its own. Only this command's own plot names are touched; directories never."""
+    try:
+        entries = [entry for entry in os.scandir(out) if STALE_OUTPUT.fullmatch(entry.name)]
+    except OSError as error:
+        raise UserError(f"{out}: cannot list: {error.strerror or error}") from None
+    for entry in entries:
+        if entry.name in written or entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise UserError(
+                f"{entry.path}: cannot remove this plot of an earlier run: "
+                f"{error.strerror or error}"
+            ) from None

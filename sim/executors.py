@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from control.addresses import checked_hostport
 from control.errors import UserError
-from control.interrupts import restore_handlers, unwind_on_termination
+from control.interrupts import restore_handlers, signals_held, unwind_on_termination
 
 ExecutorKind = Literal["local", "ray"]
 EXECUTORS: tuple[ExecutorKind, ...] = ("local", "ray")
@@ -182,9 +182,10 @@ def _pool_outcomes(
     pool = ProcessPoolExecutor(
         max_workers=min(jobs, len(items)),
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_end_with,
+        initializer=end_with,
         initargs=(os.getpid(),),
     )
+    finished = False
     try:
         futures: dict[Future[_Outcome[Result]], int] = {
             pool.submit(_guarded, fn, item): index for index, item in enumerate(items)
@@ -200,19 +201,48 @@ def _pool_outcomes(
                     yield futures[future], _Outcome(None, _failure(error))
                 else:
                     yield futures[future], future.result()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Left early (Ctrl-C, SIGTERM, the caller stopped): the runs in progress are not
+        # wanted, and shutdown(wait=True) would wait for them, minutes for a search.
+        with signals_held():  # a second Ctrl-C must not leave the workers half-ended
+            if not finished:
+                end_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+WORKER_GRACE_S = 5.0
+"""How long a pool worker told to end (SIGTERM) has before it is killed."""
+
+
+def end_workers(pool: ProcessPoolExecutor) -> None:
+    """End ``pool``'s worker processes now, in the middle of their runs (Python 3.14 has
+    ``terminate_workers``; before it, the processes are only in ``_processes``)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(OSError, ValueError):  # ended already, or closed
+            process.terminate()
+    for process in processes:
+        with contextlib.suppress(ValueError):
+            process.join(WORKER_GRACE_S)
+            if process.is_alive():
+                process.kill()
+                process.join(WORKER_GRACE_S)
 
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _end_with(parent_pid: int) -> None:
+def end_with(parent_pid: int) -> None:
     """Make this pool worker end when ``parent_pid`` does, however that ends.
 
     Killed by SIGTERM, SIGHUP or SIGKILL, the command runs no ``finally`` and its pool
     workers would wait for work for ever, orphaned. The kernel sends them SIGTERM when
-    their parent goes (Linux's parent-death signal)."""
+    their parent goes (Linux's parent-death signal).
+
+    Ctrl-C is ignored here: the terminal sends it to every worker too, each would end
+    with a traceback of its own, and the command ends its workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent went before the signal was set

@@ -15,7 +15,6 @@ relative to the reference policy per setting, with the per-seed spread), and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -30,10 +29,12 @@ from control.files import (
     output_directory,
     outputs_ready,
     read_text,
+    removed_if_left_empty,
 )
+from control.interrupts import restore_handlers, unwind_on_termination
 from control.model import StageKey, Workload
 from control.options import path_option
-from control.policies import get_policy
+from control.policies.spec import policy_from_spec
 from sim.engine import SimConfig, simulate
 from sim.executors import Executor, RunsFailed, TaskFailure, run_tasks
 from sim.grid import Grid, Point, describe, load_grid, run_key
@@ -84,20 +85,25 @@ class SweepRun:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``beamer sweep``. SIGTERM and SIGHUP stop it as Ctrl-C does (the runs in progress
+    end, their workers with them; finished runs stay in runs.jsonl), and the directories
+    it made for its outputs are removed again when nothing was written to them."""
+    previous = unwind_on_termination()
+    try:
+        with removed_if_left_empty():
+            return _checked_sweep(args)
+    finally:
+        restore_handlers(previous)
+
+
+def _checked_sweep(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     executor = Executor(args.executor, args.jobs, args.ray_address)
     out = output_directory(args.out) if args.out is not None else _default_out(args.grid)
     _check_workloads(grid)
     executor.check_ready()
     # Nothing is written or deleted before here: a refused command changes nothing.
-    created = not os.path.lexists(out)
-    try:
-        return _sweep(args, grid, executor, out)
-    except BaseException:
-        if created:  # a sweep that stopped before writing anything leaves no directory
-            with contextlib.suppress(OSError):
-                out.rmdir()
-        raise
+    return _sweep(args, grid, executor, out)
 
 
 def _default_out(grid_path: Path) -> Path:
@@ -407,7 +413,7 @@ def sweep_run(spec: SweepRun) -> dict[str, float]:
         spec.point.quantize,
         flow_model=resolve_flow_model("auto", workload),
     )
-    result = simulate(workload, get_policy(spec.policy), config)
+    result = simulate(workload, policy_from_spec(spec.policy), config)
     metrics = summarize(result, alone)
     if not math.isfinite(metrics["avg_sct_s"]):  # runs.jsonl holds finite SCTs only
         raise ValueError("no stage finished, so there is no average SCT")

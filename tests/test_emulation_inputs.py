@@ -220,7 +220,7 @@ def test_termination_signals_unwind_the_whole_command(
         raise Interrupted("SIGTERM")
 
     monkeypatch.setattr(emulate, "run_emulations", interrupted_runs)
-    assert run(rooted_main, "--out", str(tmp_path / "out")) == 130
+    assert run(rooted_main, "--out", str(tmp_path / "out")) == 143  # 128 + SIGTERM
     assert "interrupted" in capsys.readouterr().err
     assert all(handler not in (signal.SIG_DFL, signal.SIG_IGN, None) for handler in seen), seen
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before

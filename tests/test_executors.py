@@ -166,7 +166,7 @@ def test_ray_simulate_gives_the_local_results(
 ) -> None:
     workload = small_workload(tmp_path / "chain.json")
     argv = ["simulate", "--workload", str(workload), "--policies", "beamer,sincronia,fair"]
-    argv += ["--seeds", "1,2", "--queues", "ideal,1", "--json"]
+    argv += ["--queues", "ideal,1", "--json"]
     assert main([*argv, "--jobs", "1"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert main([*argv, "--executor", "ray"]) == 0
@@ -250,7 +250,7 @@ def test_a_terminated_ray_sweep_unwinds_and_leaves_nothing(tmp_path: Path) -> No
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 130, output
+    assert process.returncode == 143, output  # 128 + SIGTERM, as a shell shows it
     assert output.strip().splitlines()[-1] == "beamer: interrupted"
     assert _wait_gone(ticks) == []
     assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) == before

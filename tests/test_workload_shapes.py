@@ -64,6 +64,12 @@ def test_models_and_sync(tmp_path: Path) -> None:
         (["--max-trials", "0"], "--max-trials: must be >= 1, not 0"),
         (["--models", "resnet50,nope"], "--models: unknown model 'nope'"),
         (["--sync", "mesh"], "--sync: 'mesh' is not one of ring, ps, both"),
+        (
+            ["--models", "resnet50,,vgg16"],
+            "--models: 'resnet50,,vgg16' has an empty item (two commas, or one at an end)",
+        ),
+        (["--sync", "ring,"], "--sync: 'ring,' has an empty item (two commas, or one at an end)"),
+        (["--models", " , "], "--models: no model given"),
         (["--kind", "fb2010", "--mix", "sha"], "--mix applies to --kind hp-tuning only"),
     ],
 )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from control.errors import UserError
-from control.options import refuse_repeats
+from control.options import comma_items, refuse_repeats
 from workloads.hp_tuning import DEFAULT_JOBS, HpTuningConfig, JobShape, Pattern
 from workloads.models import get_model
 
@@ -95,8 +95,7 @@ class Shape:
 
 def parse_models(text: str | Sequence[str]) -> tuple[str, ...] | None:
     """A comma-separated list (or a list) of model names; ``all`` means every model."""
-    names = [part.strip() for part in text.split(",")] if isinstance(text, str) else list(text)
-    names = [name for name in names if name]
+    names = comma_items(text, "models", "model") if isinstance(text, str) else list(text)
     if names == ["all"]:
         return None
     if not names:
@@ -114,8 +113,7 @@ def parse_models(text: str | Sequence[str]) -> tuple[str, ...] | None:
 
 def parse_sync(text: str | Sequence[str]) -> tuple[Pattern, ...] | None:
     """``ring``, ``ps``, or both (``ring,ps`` or ``both``: the generator's default)."""
-    names = [part.strip() for part in text.split(",")] if isinstance(text, str) else list(text)
-    names = [name for name in names if name]
+    names = comma_items(text, "sync", "pattern") if isinstance(text, str) else list(text)
     if names == ["both"]:
         return None
     patterns: list[Pattern] = []

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from control.errors import UserError
-from control.options import refuse_repeats
+from control.options import comma_items, refuse_repeats
 from control.policies import get_policy
 from control.policies.base import BasePolicy
 from control.policies.beamer import BeamerPolicy
@@ -89,9 +89,7 @@ def parse_policy_list(
     """Comma-separated policies, each known to ``check`` and each given once: a policy
     given twice, in the same or another spelling, would run twice and count twice in
     every comparison."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise UserError(f"{option}: no policy given")
+    names = comma_items(text, option, "policy")
     refuse_repeats(names, option)
     for name in names:
         try:

@@ -1,0 +1,89 @@
+"""``python -m bench.heldout``: Ctrl-C is one line and status 130, and a setting named
+twice is refused (it ran twice and counted its seeds twice)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_bench_options import refused
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ("default ideal,default ideal", "--settings: 'default ideal' given more than once"),
+        ("default ideal,,sha-only 8q", "--settings: 'default ideal,,sha-only 8q' has an empty"),
+    ],
+)
+def test_a_setting_given_twice_or_an_empty_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    settings: str,
+    message: str,
+) -> None:
+    line = refused("bench.heldout", ["--seeds", "11", "--settings", settings], monkeypatch, capsys)
+    assert line.startswith(f"error: {message}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(") ", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_is_one_line_and_status_130_and_ends_the_workers() -> None:
+    """Ctrl-C at a terminal reaches the whole process group: the bench and every worker
+    printed a KeyboardInterrupt traceback, and the bench died of SIGINT (status -2)."""
+    argv = ["--seeds", "11-14", "--settings", "default ideal", "--policies", "beamer-lookahead"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.heldout", *argv, "--workers", "2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as a terminal's job is
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()[1].decode()
+            time.sleep(0.2)
+            workers = _children(process.pid)
+        assert len(workers) >= 2
+        time.sleep(1.0)  # into the runs (minutes each: the lookahead search)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err.decode()
+    assert err.decode() == "interrupted\n"
+    assert out == b""
+    deadline = time.monotonic() + 20
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _running(pid)]
