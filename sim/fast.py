@@ -9,10 +9,10 @@ byte apart, so they finish nanoseconds apart, one event each. This model:
 * allocates with :mod:`sim.kernels`, the same rules and arithmetic in machine
   code (strict priority between classes, per-flow max-min inside a class;
   MADD then backfill; greedy);
-* gives the flows of one coflow into one receiver whose sizes differ by at
-  most one byte (the rounding of an even split) their mean size, so they can
-  finish together (no flow moves by more than one byte; the coflow's bytes
-  are unchanged);
+* gives the flows of one coflow into one receiver whose sizes differ by
+  exactly one byte (the rounding of an even split) their mean size, so they
+  can finish together (no flow moves by more than one byte; the coflow's
+  bytes are unchanged, summed over the flows as given in both models);
 * keeps flows that are identical (same coflow, sender, receiver and size) in
   one entry of ``mult`` flows. Such flows get equal rates under every rule
   but greedy, so their entry never needs to split; greedy keeps one entry
@@ -56,7 +56,8 @@ def merge_flows(
     """Entries for one coflow's fabric flows: (src port, dst port, bytes per flow, flows
     per entry, each flow's entry in ``network`` order).
 
-    Sizes into one receiver that differ by at most one byte become their mean;
+    Sizes into one receiver that differ by exactly one byte become their mean (equal
+    sizes stay as they are: a mean of a total past 2**53 bytes is not the size);
     with ``merge``, identical flows then share one entry.
     """
     if not network:
@@ -70,7 +71,7 @@ def merge_flows(
     smallest = np.full(len(receivers), np.iinfo(np.int64).max)
     np.maximum.at(largest, group, size)
     np.minimum.at(smallest, group, size)
-    even = (largest - smallest <= 1)[group]
+    even = (largest - smallest == 1)[group]
     total = np.bincount(group, size.astype(float), len(receivers))
     count = np.bincount(group, minlength=len(receivers))
     sizes = np.where(even, (total / count)[group], size.astype(float))

@@ -98,3 +98,66 @@ def test_twin_trials_and_exact_thresholds_give_the_per_flow_answer(spec: str, se
     for num_classes in (None, 4, 8):
         fast, reference = both(workload, spec, num_classes)
         assert_identical(fast, reference, f"{spec} seed {seed} classes {num_classes}")
+
+
+def one_stage_experiments(
+    num_hosts: int, trials_of: list[list[list[tuple[int, int, int]]]], link_bps: float
+) -> Workload:
+    """An experiment per item, all at time 0, each one stage of one iteration per trial."""
+    experiments = tuple(
+        Experiment(
+            e,
+            0.0,
+            (
+                Stage(
+                    0,
+                    tuple(
+                        TrialStage(t, 1, 0.0, tuple(Flow(*flow) for flow in flows))
+                        for t, flows in enumerate(trials)
+                    ),
+                ),
+            ),
+        )
+        for e, trials in enumerate(trials_of)
+    )
+    return Workload(num_hosts, link_bps, experiments)
+
+
+def test_equal_flows_past_2_to_the_53_bytes_keep_their_size() -> None:
+    """Eleven equal flows into one receiver used to take their total over their count,
+    which rounds past 2**53 bytes (X - 0.125): Varys then broke the reference's exact tie
+    between the two coflows the other way, and their times swapped."""
+    size, count = 999_999_999_999_999, 11
+    equal = [(i, count, size) for i in range(count)]
+    spread = [(i, count, size + (1 if i == 0 else -1 if i == 1 else 0)) for i in range(count)]
+    workload = one_stage_experiments(count + 1, [[spread], [equal]], 1e15)
+    fast, reference = both(workload, "varys", None)
+    assert_identical(fast, reference, "varys")
+
+
+def test_a_coflow_total_past_2_to_the_53_bytes_is_the_per_flow_sum() -> None:
+    """Twin trials of one stage, one with merged entries: their totals were summed over
+    entries, rounded apart from the per-flow sum, and the twins (ranked by remaining
+    bytes under split_trials) swapped their times."""
+    a, b, k = 657_809_384_024_969, 606_083_559_763_780, 10
+    merged = [(0, 1, a), (0, 2, b)] * k
+    apart = [(0, 3 + 2 * j + i, (a, b)[i]) for j in range(k) for i in range(2)]
+    workload = one_stage_experiments(3 + 2 * k, [[apart, merged]], 1e12)
+    for classes in (None, 2, 8):
+        fast, reference = both(workload, "beamer:split_trials=true", classes)
+        assert_identical(fast, reference, f"split trials, classes {classes}")
+
+
+def test_an_equal_demand_class_cut_sees_the_per_flow_totals() -> None:
+    a, b, k = 805_546_213_310_275, 438_928_132_427_867, 11
+    merged = [(0, 1, a), (0, 2, b)] * k
+    apart = [(0, 3 + i, (a, b)[i % 2]) for i in range(2 * k)]
+    workload = one_stage_experiments(3 + 2 * k, [[merged], [apart], [apart], [apart]], 1e12)
+    config = SimConfig(2, strategy="equal-demand", flow_model="fast")
+    fast = simulate(workload, policy_from_spec("fifo"), config)
+    reference = simulate(
+        workload,
+        policy_from_spec("fifo"),
+        SimConfig(2, strategy="equal-demand", flow_model="per-flow"),
+    )
+    assert_identical(fast, reference, "fifo, 2 classes, equal demand")
