@@ -232,6 +232,13 @@ class Simulation:
                 )
             if flow.size_bytes < 0:
                 raise UserError(f"flow {flow.src_host}->{flow.dst_host}: negative size")
+            if not isinstance(flow.size_bytes, int | np.integer) or flow.size_bytes >= 1 << 63:
+                # The flow models keep sizes as 64-bit integers (the fast model's merging
+                # compares them): 1000.7 would be 1000 there and 1000.7 in the other.
+                raise UserError(
+                    f"flow {flow.src_host}->{flow.dst_host}: size {flow.size_bytes!r} is not a "
+                    "whole number of bytes below 2**63"
+                )
         return [f for f in network if f.size_bytes > 0]
 
     def _entries(self, network: list[Flow]) -> tuple[np.ndarray, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from control.errors import UserError
 from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from control.policies import POLICIES
 from control.policies.spec import policy_from_spec
@@ -161,3 +162,14 @@ def test_an_equal_demand_class_cut_sees_the_per_flow_totals() -> None:
         SimConfig(2, strategy="equal-demand", flow_model="per-flow"),
     )
     assert_identical(fast, reference, "fifo, 2 classes, equal demand")
+
+
+@pytest.mark.parametrize("size", [1000.7, 1000.0, 1 << 63])
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+def test_a_size_that_is_no_64_bit_whole_number_is_refused(size: float, flow_model: str) -> None:
+    """The fast model keeps sizes as 64-bit integers: 1000.7 became 1000 there and stayed
+    1000.7 in the per-flow model, and 2**63 overflowed. A workload built through the API
+    gets the refusal the file readers give."""
+    workload = one_stage_experiments(2, [[[(0, 1, size)]]], 1e9)  # type: ignore[list-item]
+    with pytest.raises(UserError, match="is not a whole number of bytes below 2\\*\\*63"):
+        simulate(workload, policy_from_spec("fair"), SimConfig(None, flow_model=flow_model))
