@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -45,7 +46,12 @@ from tqdm import tqdm
 
 from control.addresses import checked_hostport
 from control.errors import UserError
-from control.interrupts import restore_handlers, signals_held, unwind_on_termination
+from control.interrupts import (
+    HELD_SIGNALS,
+    restore_handlers,
+    signals_held,
+    unwind_on_termination,
+)
 
 ExecutorKind = Literal["local", "ray"]
 EXECUTORS: tuple[ExecutorKind, ...] = ("local", "ray")
@@ -262,6 +268,9 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
     ray = _loopback_only()
 
     global _LOCAL_TEMP_DIR
+    # What stop_local_ray gives back: the handlers from before Ray, not the one ray.init
+    # installs (which would outlive the instance).
+    _PREVIOUS_HANDLERS.update(_python_handlers((signal.SIGTERM, signal.SIGHUP)))
     for attempt in range(1, attempts + 1):
         # Its own directory for sockets and logs, removed by stop_local_ray: nothing is
         # left behind, and no other Ray instance on the machine is found or joined.
@@ -278,7 +287,7 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
             )
             # Ray answers SIGTERM in the driver with a crash report and an exit that runs
             # no ``finally``: unwind as Ctrl-C does instead, so that stop_local_ray runs.
-            _PREVIOUS_HANDLERS.update(unwind_on_termination())
+            unwind_on_termination()
             return
         except BaseException as error:
             stop_local_ray()  # what did start, and the directory
@@ -297,15 +306,42 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
     global _LOCAL_TEMP_DIR
     import ray
 
-    ray_processes = _ray_descendants()
-    ray.shutdown()
-    restore_handlers(_PREVIOUS_HANDLERS)
-    # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown() by a
-    # moment and write into the directory until they exit: wait for them, then remove it.
-    _kill_lingering(ray_processes, grace_s, still_ours=lambda pid: b"ray" in _cmdline(pid))
-    if _LOCAL_TEMP_DIR is not None:
-        remove_with_holders(_LOCAL_TEMP_DIR)
-        _LOCAL_TEMP_DIR = None
+    try:
+        # A Ctrl-C (a second one), SIGTERM or SIGHUP while Ray goes down would leave its
+        # processes and its directory behind: held until both are gone, then raised.
+        with signals_held():
+            ray_processes = _ray_descendants()
+            ray.shutdown()
+            _reinstall_handlers()
+            # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown()
+            # by a moment and write into the directory until they exit: wait for them,
+            # then remove it.
+            _kill_lingering(ray_processes, grace_s, still_ours=lambda pid: b"ray" in _cmdline(pid))
+            if _LOCAL_TEMP_DIR is not None:
+                remove_with_holders(_LOCAL_TEMP_DIR)
+                _LOCAL_TEMP_DIR = None
+    finally:
+        # Only now: a signal held above meets the handler of start_local_ray (SIGTERM
+        # unwinds, as Ctrl-C does), not Ray's nor the default one that kills silently.
+        restore_handlers(_PREVIOUS_HANDLERS)
+
+
+def _python_handlers(signums: Sequence[int]) -> dict[int, Any]:
+    """The Python handlers of ``signums`` (from the main thread only, which alone may set
+    them again; a handler set outside Python is not known, and left out)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {signum: signal.getsignal(signum) for signum in signums}
+    return {signum: handler for signum, handler in handlers.items() if handler is not None}
+
+
+def _reinstall_handlers() -> None:
+    """Install the Python handlers of Ctrl-C, SIGTERM and SIGHUP again. ``ray.shutdown()``
+    sets SIGTERM back to its default action in C, behind Python's back (``getsignal``
+    still names the Python handler): a SIGTERM then would kill the command at once,
+    leaving Ray's directory."""
+    for signum, handler in _python_handlers(HELD_SIGNALS).items():
+        signal.signal(signum, handler)
 
 
 def remove_with_holders(directory: str, grace_s: float = 5.0) -> None:
@@ -421,6 +457,11 @@ def _loopback_only() -> Any:
 
     # ... and by this process when ray is first imported, which may have happened already.
     ray_constants.ENABLE_RAY_CLUSTER = False
+    # Ray's crash handler in the driver: ray.shutdown() takes it down by setting SIGTERM
+    # back to its default action (in C, unseen by Python), for the second it still runs;
+    # a SIGTERM then would end the command at once and leave Ray's processes and
+    # directory. Without it the driver's SIGTERM stays with Python throughout.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     return ray
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from bmv2_topos import netns, state
+from control.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 BEAMER = [sys.executable, "-m", "control.cli"]
@@ -146,3 +149,108 @@ def test_a_minimal_search_reports_every_stage_installs_classes_and_leaves_nothin
     assert set(netns.list_namespaces()) - namespaces_before == set()
     assert [p for p in state.tagged_processes() if not p.owner_alive()] == []
     assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) - ray_dirs_before == set()
+
+
+def _refused_in_one_line(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("args", [["--trials", "2", "--max-t", "1"], ["--scheduler", "asha"]])
+def test_a_ray_that_fails_on_import_is_refused_before_anything_starts(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Installed but broken: found by importlib, yet ``import ray`` raises."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text('raise ImportError("broken ray")\n')
+    result = subprocess.run(
+        [*BEAMER, "tune", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    _refused_in_one_line(result, "beamer tune needs Ray: install the project's ray extra")
+    assert "broken ray" in result.stderr
+    assert "--executor" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def beamer_artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """P4Info and a device config of the Beamer program, as the BMv2 options take them."""
+    out = tmp_path_factory.mktemp("build")
+    compiled = _beamer("compile", str(REPO / "p4src" / "beamer.p4"), "--out", str(out), "--no-p4c")
+    assert compiled.returncode == 0, compiled.stderr
+    return out / "beamer.softswitch.json", out / "beamer.p4info.txtpb"
+
+
+def test_bmv2_without_simple_switch_grpc_is_refused_before_ray_starts(
+    beamer_artifacts: tuple[Path, Path], tmp_path: Path
+) -> None:
+    tools = tmp_path / "bin"  # PATH: the network's tools, and no simple_switch_grpc
+    tools.mkdir()
+    for name in ("ip", "ethtool", "tc"):
+        found = shutil.which(name)
+        if found is None:
+            pytest.skip(f"{name} is not installed")
+        (tools / name).symlink_to(found)
+    bmv2_json, p4info = beamer_artifacts
+    out = tmp_path / "new" / "out"
+    bmv2 = ["--target", "bmv2", "--bmv2-json", str(bmv2_json), "--p4info", str(p4info)]
+    result = subprocess.run(
+        [*BEAMER, "tune", "--trials", "2", "--max-t", "1", *bmv2, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PATH": str(tools)},
+    )
+    _refused_in_one_line(result, "--target bmv2: simple_switch_grpc is not on PATH")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_refused_command_leaves_no_out_directory(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deep" / "dir"
+    result = _beamer("tune", "--out", str(out), "--congestion-control", "nosuch")
+    _refused_in_one_line(result, "nosuch")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+def test_a_seed_of_hundreds_of_digits_runs_and_leaves_nothing() -> None:
+    """Other commands take any whole number as a seed; the search's name in Ray's storage
+    (a directory) must then not be made of it."""
+    seed = "9" * 300
+    namespaces_before = set(netns.list_namespaces())
+    ray_dirs_before = set(Path(tempfile.gettempdir()).glob("beamer-ray-*"))
+    result = _beamer(
+        "tune", "--trials", "2", "--max-t", "1", "--seed", seed, "--json", timeout_s=150
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (search,) = json.loads(result.stdout)["tuner"]
+    assert str(search["seed"]) == seed
+    assert set(netns.list_namespaces()) - namespaces_before == set()
+    assert set(Path(tempfile.gettempdir()).glob("beamer-ray-*")) - ray_dirs_before == set()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--out is made once root is checked")
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, UserError], ids=["ctrl-c", "failed"])
+def test_a_run_stopped_before_its_outputs_leaves_no_out_directory(
+    stop: type[BaseException], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.run
+    from control.cli import main
+
+    def searches(*_args: object, **_kwargs: object) -> None:  # Ray and the network are up
+        raise stop("stopped")
+
+    monkeypatch.setattr(tuner.run, "run_searches", searches)
+    out = tmp_path / "new" / "out"
+    status = main(["tune", "--trials", "2", "--max-t", "1", "--out", str(out)])
+    assert status in (2, 128 + signal.SIGINT)
+    assert not (tmp_path / "new").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import math
 import sys
@@ -56,9 +56,43 @@ def register(subparsers: Any) -> None:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from bmv2_topos import netns
+    """SIGTERM and SIGHUP unwind the whole command as Ctrl-C does (not only while Ray
+    runs): the network, Ray's processes and directory are removed, and a directory made
+    for ``--out`` and left empty (a refused, failed or interrupted run) is removed again."""
+    from control.files import removed_if_left_empty
+    from control.interrupts import restore_handlers, unwind_on_termination
+
+    previous = unwind_on_termination()
+    try:
+        with removed_if_left_empty():
+            return _run_tune(args)
+    finally:
+        restore_handlers(previous)
+
+
+NO_RAY = "beamer tune needs Ray: install the project's ray extra (pip install '.[ray]')"
+
+
+RAY_MODULES = ("ray", "ray.tune", "ray.tune.schedulers", "ray.tune.search.basic_variant")
+
+
+def require_ray() -> None:
+    """Import what the search needs of Ray: an install that is missing or broken (one
+    that fails on import) is refused in one line before anything starts."""
+    try:
+        for module in RAY_MODULES:
+            importlib.import_module(module)
+    except ImportError as error:
+        lines = str(error).strip().splitlines()
+        reason = lines[0] if lines else type(error).__name__
+        raise UserError(f"{NO_RAY} (importing it failed: {reason})") from None
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from bmv2_topos import bmv2, netns
     from bmv2_topos.cli import check_bmv2_files, network_seeds, output_directory_for
     from bmv2_topos.report import OUTPUT_NAMES, table
+    from control.files import output_directory
     from control.policies import get_policy
     from control.policies.spec import parse_policy_list
     from control.topology import load_topology
@@ -71,10 +105,6 @@ def run_tune(args: argparse.Namespace) -> int:
         tuner_table,
     )
 
-    if importlib.util.find_spec("ray") is None:
-        raise UserError(
-            "beamer tune needs Ray: install the project's ray extra (pip install '.[ray]')"
-        )
     seeds = network_seeds(args)
     policies = parse_policy_list(args.policies, "--policy", get_policy)
     if not 2 <= args.trials <= MAX_TRIALS:
@@ -89,6 +119,9 @@ def run_tune(args: argparse.Namespace) -> int:
         raise UserError(
             f"--trials {args.trials}, --max-t {args.max_t}, --eta {args.eta:g}: {error}"
         ) from None
+    if args.out is not None:
+        output_directory(args.out)  # the name only: the directory is made last
+    require_ray()
     if args.scheduler == "asha":
         from ray.tune.schedulers import AsyncHyperBandScheduler
 
@@ -103,9 +136,14 @@ def run_tune(args: argparse.Namespace) -> int:
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
             f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"
         )
-    out = output_directory_for(args.out, [*OUTPUT_NAMES, *TUNER_OUTPUT_NAMES])
     netns.require_congestion_control(args.congestion_control)
+    # What the network checks once Ray is up (10 s and more): refused here instead.
+    netns.require_tools("ip", "ethtool", "tc")
+    if any((switch.target or args.target) == "bmv2" for switch in topology.switches):
+        bmv2.require_simple_switch_grpc()
     netns.require_root()
+    # Made once every input is known good: a refused command leaves no empty directory.
+    out = output_directory_for(args.out, [*OUTPUT_NAMES, *TUNER_OUTPUT_NAMES])
     options = TuneOptions(
         topology=topology,
         policies=policies,

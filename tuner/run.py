@@ -60,6 +60,8 @@ STALL_S = 120.0
 RAY_CPUS = 2
 ASSIGNMENT_TIMEOUT_S = 300.0
 """How long a started trial waits for the others before the search begins."""
+SEARCH_NAME = "beamer-search"
+"""Ray Tune's name of every search (a directory in the search's own temporary storage)."""
 
 
 def trial_cpus(trials: int) -> float:
@@ -337,7 +339,10 @@ def run_search(
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
-                name=f"beamer-{policy.replace(':', '_')}-{seed}",
+                # Not the policy or the seed: a name becomes a directory, and a long one
+                # (a seed of 250 digits) is more than a file name may hold. The storage
+                # is this search's own, so a fixed name is unique.
+                name=SEARCH_NAME,
                 storage_path=storage,
                 callbacks=[callback, iteration_log],
                 stop=Watchdog(stop_all),
