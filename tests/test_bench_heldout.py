@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import child_pids
 from test_bench_options import refused
+
+from sim.executors import _running
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,27 +36,6 @@ def test_a_setting_given_twice_or_an_empty_one_is_refused(
     assert line.startswith(f"error: {message}")
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if int(handle.read().rsplit(") ", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(") ", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_ctrl_c_is_one_line_and_status_130_and_ends_the_workers() -> None:
     """Ctrl-C at a terminal reaches the whole process group: the bench and every worker
     printed a KeyboardInterrupt traceback, and the bench died of SIGINT (status -2)."""
@@ -71,7 +53,7 @@ def test_ctrl_c_is_one_line_and_status_130_and_ends_the_workers() -> None:
         while len(workers) < 2 and time.monotonic() < deadline:
             assert process.poll() is None, process.communicate()[1].decode()
             time.sleep(0.2)
-            workers = _children(process.pid)
+            workers = child_pids(process.pid)
         assert len(workers) >= 2
         time.sleep(1.0)  # into the runs (minutes each: the lookahead search)
         os.killpg(process.pid, signal.SIGINT)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import child_pids
 from sweep_helpers import records, write_grid
 from test_sim_cli import small_workload
 
@@ -271,7 +272,7 @@ def test_pool_workers_end_with_the_command_however_it_ends(stop_signal: int) -> 
         while len(workers) < 2 and time.monotonic() < deadline:
             assert process.poll() is None
             time.sleep(0.2)
-            children = [p for p in _children(process.pid) if b"python" in _cmdline(p)]
+            children = [p for p in child_pids(process.pid) if b"python" in _cmdline(p)]
             # Spawned workers, beside multiprocessing's resource tracker.
             workers = [p for p in children if b"spawn_main" in _cmdline(p)]
             helpers = [p for p in children if p not in workers]
@@ -290,16 +291,3 @@ def test_pool_workers_end_with_the_command_however_it_ends(stop_signal: int) -> 
         for pid in workers:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if int(handle.read().rsplit(") ", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found

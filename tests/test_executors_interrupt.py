@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import child_pids
 from sweep_helpers import write_grid
+
+from sim.executors import _cmdline, _running
 
 REPO = Path(__file__).resolve().parents[1]
 BEAMER = [sys.executable, "-c", "from control.cli import main; raise SystemExit(main())"]
@@ -28,35 +31,6 @@ figures:
 so neither is done when the signal comes."""
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if int(handle.read().rsplit(") ", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(") ", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _signalled_while_workers_run(argv: list[str], stop_signal: int) -> tuple[int, str, list[int]]:
     """Start ``beamer argv``, wait for its two pool workers, send ``stop_signal`` to the
     command's process only; its exit status, stderr, and every child it had."""
@@ -70,7 +44,7 @@ def _signalled_while_workers_run(argv: list[str], stop_signal: int) -> tuple[int
         while len(workers) < 2 and time.monotonic() < deadline:
             assert process.poll() is None, process.communicate()[1].decode()
             time.sleep(0.2)
-            children = [p for p in _children(process.pid) if b"python" in _cmdline(p)]
+            children = [p for p in child_pids(process.pid) if b"python" in _cmdline(p)]
             workers = [p for p in children if b"spawn_main" in _cmdline(p)]
         assert len(workers) == 2
         time.sleep(1.0)  # into the runs

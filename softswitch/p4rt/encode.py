@@ -12,6 +12,7 @@ keep the protobuf path.
 from __future__ import annotations
 
 from softswitch.p4rt.bytestrings import encode_unsigned
+from softswitch.p4rt.varints import BYTE, length_delimited, varint
 from softswitch.runtime import (
     ActionCall,
     CounterData,
@@ -22,30 +23,10 @@ from softswitch.runtime import (
     TernaryMatch,
 )
 
-_BYTE = [bytes((value,)) for value in range(256)]
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint; negative values as their 64-bit two's complement."""
-    if 0 <= value < 0x80:
-        return _BYTE[value]
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def length_delimited(key: int, payload: bytes) -> bytes:
-    """One length-delimited field; ``key`` is (field number << 3) | 2, below 128."""
-    return _BYTE[key] + varint(len(payload)) + payload
-
 
 def _bytes_field(key: int, value: int) -> bytes:
     data = encode_unsigned(value)
-    return _BYTE[key] + varint(len(data)) + data
+    return BYTE[key] + varint(len(data)) + data
 
 
 def field_match(field_id: int, match: FieldMatch) -> bytes:

@@ -10,13 +10,14 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt.rpc import Aborted, RpcContext
+from softswitch.p4rt.varints import length_delimited, varint
 
 # The gRPC trailer that carries a serialised google.rpc.Status (what C++ servers send
 # through grpc::Status::binary_error_details).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # google.rpc.Status.details: field 3, length-delimited; each an Any of a p4.v1.Error.
-_DETAILS_TAG = b"\x1a"
+_DETAILS_KEY = 0x1A  # google.rpc.Status.details, field 3
 _ERROR_TYPE_URL = b"type.googleapis.com/" + p4runtime_pb2.Error.DESCRIPTOR.full_name.encode()
 
 # How much of a client-supplied value or name an error message repeats, and how long a
@@ -91,34 +92,19 @@ def p4_error(error: P4RuntimeError | None) -> p4runtime_pb2.Error:
 SHARED_DETAILS = 1024
 
 
-def _varint(value: int) -> bytes:
-    """A non-negative length as a protobuf varint (``encode`` has one, but imports this
-    module)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _length_delimited(tag: bytes, data: bytes) -> bytes:
-    return tag + _varint(len(data)) + data
-
-
 def _detail_bytes(error: P4RuntimeError | None) -> bytes:
     """One ``details`` field of a google.rpc.Status: the ``Any`` packing the update's
     ``p4.v1.Error`` (:func:`p4_error`), as the wire bytes protobuf gives it (fields in
     order, defaults left out)."""
     value = b""
     if error is not None:
-        value = b"\x08" + _varint(canonical_code(error.code))
+        value = b"\x08" + varint(canonical_code(error.code))
         if error.message:
-            value += _length_delimited(b"\x12", error.message.encode())
-    packed = _length_delimited(b"\x0a", _ERROR_TYPE_URL)
+            value += length_delimited(0x12, error.message.encode())
+    packed = length_delimited(0x0A, _ERROR_TYPE_URL)
     if value:
-        packed += _length_delimited(b"\x12", value)
-    return _length_delimited(_DETAILS_TAG, packed)
+        packed += length_delimited(0x12, value)
+    return length_delimited(_DETAILS_KEY, packed)
 
 
 def batch_status(message: str, errors: Sequence[P4RuntimeError | None]) -> bytes:
