@@ -50,3 +50,10 @@ def child_pids(pid: int) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child that a test stops with SIGINT: Ctrl-C at its default,
+    as at a terminal. A run started in the background of a script inherits SIGINT
+    ignored, and a Python started so ignores Ctrl-C, rightly (as ``nohup`` relies on)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

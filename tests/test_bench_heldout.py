@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import child_pids
+from processes import child_pids, interruptible
 from test_bench_options import refused
 
 from sim.executors import _running
@@ -46,6 +46,7 @@ def test_ctrl_c_is_one_line_and_status_130_and_ends_the_workers() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a terminal's job is
+        preexec_fn=interruptible,
     )
     workers: list[int] = []
     try:

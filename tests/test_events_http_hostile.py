@@ -356,6 +356,8 @@ def test_a_socket_path_that_cannot_be_used_is_named(tmp_path: Path) -> None:
 _SECOND_CTRL_C = """
 import signal, sys, threading
 from pathlib import Path
+# Ctrl-C as at a terminal, also where this test runs with SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from control.events import EventClient, EventServer
 sys.path.insert(0, "tests")
 from test_events import _Recorder

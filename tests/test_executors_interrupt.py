@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import child_pids
+from processes import child_pids, interruptible
 from sweep_helpers import write_grid
 
 from sim.executors import _cmdline, _running
@@ -35,7 +35,11 @@ def _signalled_while_workers_run(argv: list[str], stop_signal: int) -> tuple[int
     """Start ``beamer argv``, wait for its two pool workers, send ``stop_signal`` to the
     command's process only; its exit status, stderr, and every child it had."""
     process = subprocess.Popen(
-        [*BEAMER, *argv], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*BEAMER, *argv],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     children: list[int] = []
     try:
