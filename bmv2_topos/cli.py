@@ -150,13 +150,10 @@ def run_emulate(args: argparse.Namespace) -> int:
     """SIGTERM and SIGHUP unwind the whole command as Ctrl-C does (not only while a
     network is up): the simulator's prediction, the gaps between runs and the writing
     of ``--out`` leave nothing behind either."""
-    from control.interrupts import restore_handlers, unwind_on_termination
+    from control.interrupts import terminations_unwind
 
-    previous = unwind_on_termination()
-    try:
+    with terminations_unwind():
         return _run_emulate(args)
-    finally:
-        restore_handlers(previous)
 
 
 def _run_emulate(args: argparse.Namespace) -> int:

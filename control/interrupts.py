@@ -35,6 +35,18 @@ def restore_handlers(previous: MutableMapping[Any, Any]) -> None:
     previous.clear()
 
 
+@contextlib.contextmanager
+def terminations_unwind() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind the block as Ctrl-C does (see
+    :func:`unwind_on_termination`), and find their old handlers again after it: a
+    command's whole run, so that every ``finally`` of it runs."""
+    previous = unwind_on_termination()
+    try:
+        yield
+    finally:
+        restore_handlers(previous)
+
+
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 

@@ -22,7 +22,7 @@ from control.files import (
     outputs_ready,
     removed_if_left_empty,
 )
-from control.interrupts import restore_handlers, unwind_on_termination
+from control.interrupts import terminations_unwind
 from control.model import StageKey, Workload
 from control.options import comma_items, integer, number, refuse_repeats
 from control.options import parse_seeds as seed_list
@@ -147,12 +147,8 @@ def run(args: argparse.Namespace) -> int:
     """``beamer simulate``. SIGTERM and SIGHUP stop it as Ctrl-C does (the runs in
     progress end, their workers with them), and a directory it made for ``--out`` and
     left empty is removed again."""
-    previous = unwind_on_termination()
-    try:
-        with removed_if_left_empty():
-            return _simulate(args)
-    finally:
-        restore_handlers(previous)
+    with terminations_unwind(), removed_if_left_empty():
+        return _simulate(args)
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from control.files import (
     read_text,
     removed_if_left_empty,
 )
-from control.interrupts import restore_handlers, unwind_on_termination
+from control.interrupts import terminations_unwind
 from control.model import StageKey, Workload
 from control.options import path_option
 from control.policies.spec import policy_from_spec
@@ -88,12 +88,8 @@ def run(args: argparse.Namespace) -> int:
     """``beamer sweep``. SIGTERM and SIGHUP stop it as Ctrl-C does (the runs in progress
     end, their workers with them; finished runs stay in runs.jsonl), and the directories
     it made for its outputs are removed again when nothing was written to them."""
-    previous = unwind_on_termination()
-    try:
-        with removed_if_left_empty():
-            return _checked_sweep(args)
-    finally:
-        restore_handlers(previous)
+    with terminations_unwind(), removed_if_left_empty():
+        return _checked_sweep(args)
 
 
 def _checked_sweep(args: argparse.Namespace) -> int:

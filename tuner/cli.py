@@ -60,14 +60,10 @@ def run_tune(args: argparse.Namespace) -> int:
     runs): the network, Ray's processes and directory are removed, and a directory made
     for ``--out`` and left empty (a refused, failed or interrupted run) is removed again."""
     from control.files import removed_if_left_empty
-    from control.interrupts import restore_handlers, unwind_on_termination
+    from control.interrupts import terminations_unwind
 
-    previous = unwind_on_termination()
-    try:
-        with removed_if_left_empty():
-            return _run_tune(args)
-    finally:
-        restore_handlers(previous)
+    with terminations_unwind(), removed_if_left_empty():
+        return _run_tune(args)
 
 
 NO_RAY = "beamer tune needs Ray: install the project's ray extra (pip install '.[ray]')"
