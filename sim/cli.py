@@ -35,6 +35,7 @@ from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_task
 from sim.metrics import METRICS, isolated_sct, summarize
 from sim.report import normalised_png, sct_cdf_png, table
 from workloads.limits import SettingError
+from workloads.loader import SEEDED_WORKLOADS
 
 
 def register(subparsers: Any) -> None:
@@ -98,10 +99,6 @@ def add_executor_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="HOST:PORT of a running Ray cluster's head (default: a private local instance)",
     )
-
-
-SEEDED_WORKLOADS = ("hp-tuning",)
-"""The workloads drawn from the seed; any other (fb2010, a file) is the same for every seed."""
 
 
 def parse_seeds(args: argparse.Namespace) -> list[int]:

@@ -54,6 +54,7 @@ from control.quantize import STRATEGIES, Strategy
 from workloads.coflow_benchmark import default_trace_path
 from workloads.hp_tuning import HpTuningConfig
 from workloads.limits import MAX_FILE_BYTES, SettingError
+from workloads.loader import SEEDED_WORKLOADS
 from workloads.shapes import MIXES, Mix, Shape, parse_models, parse_sync
 
 PARAMETERS: tuple[str, ...] = (
@@ -599,13 +600,13 @@ def _check_seeds_matter(document: _Map, seeds: list[int], figures: list[Figure])
     for figure in figures:
         for setting in figure.settings:
             workload = setting.point.workload
-            if workload != "hp-tuning":
+            if workload not in SEEDED_WORKLOADS:
                 raise _FieldError(
                     _line(document, "seeds"),
                     "seeds",
                     f"{len(seeds)} seeds, but the workload {workload} (figure {figure.name}) "
-                    "is the same on every seed (only hp-tuning is drawn from the seed): give "
-                    "one seed, or put that workload in a grid of its own",
+                    f"is the same on every seed (only {', '.join(SEEDED_WORKLOADS)} is drawn "
+                    "from the seed): give one seed, or put that workload in a grid of its own",
                 )
 
 

@@ -19,6 +19,8 @@ from workloads.files import read_text
 from workloads.summary import rescale_to_load
 
 NAMED_WORKLOADS = ("hp-tuning", "fb2010")
+SEEDED_WORKLOADS = ("hp-tuning",)
+"""The workloads drawn from the seed; any other (fb2010, a file) is the same for every seed."""
 _BLANK = re.compile(r"[ \t\r\n]*")
 
 
