@@ -565,6 +565,12 @@ class Simulation:
             best = min(best, self.now_s + max(gap, 0.0) / rate)
         return best
 
+    def _quiet_events(self, next_s: float, stalled: bool) -> tuple[bool, bool]:
+        """Run the events before ``next_s`` that a flow model can run on its own (here:
+        none). Returns whether it ended with an advance whose finished flows are still
+        to be retired, and the stall flag (see :meth:`run`)."""
+        return False, stalled
+
     def run(self) -> SimResult:
         started = time.perf_counter()
         for e, experiment in enumerate(self.workload.experiments):
@@ -583,20 +589,26 @@ class Simulation:
                 self._allocate()
                 stale = False
             next_s = self._heap[0][0] if self._heap else np.inf
-            flow_end_s = self._flow_end_s()
-            threshold_s = self._next_threshold_s()
-            until_s = min(next_s, flow_end_s, threshold_s)
-            if until_s == np.inf:
-                raise RuntimeError(f"{self.policy.name}: active flows with no rate and no event")
-            if until_s <= self.now_s < next_s and (flow_end_s <= self.now_s or stalled):
-                # What is due (a flow end, or a threshold that a re-ranking did not move)
-                # is under half a unit in the last place of the clock away: ``now +
-                # bytes / rate`` rounds back to now, and steps of zero would never end.
-                # One unit moves more than those bytes.
-                until_s = float(np.nextafter(self.now_s, np.inf))
-            stalled = until_s <= self.now_s < next_s
-            self._advance(until_s)
-            self.result.events += 1
+            advanced, stalled = self._quiet_events(next_s, stalled)
+            threshold_due = False
+            if not advanced:
+                flow_end_s = self._flow_end_s()
+                threshold_s = self._next_threshold_s()
+                until_s = min(next_s, flow_end_s, threshold_s)
+                if until_s == np.inf:
+                    raise RuntimeError(
+                        f"{self.policy.name}: active flows with no rate and no event"
+                    )
+                if until_s <= self.now_s < next_s and (flow_end_s <= self.now_s or stalled):
+                    # What is due (a flow end, or a threshold that a re-ranking did not
+                    # move) is under half a unit in the last place of the clock away:
+                    # ``now + bytes / rate`` rounds back to now, and steps of zero would
+                    # never end. One unit moves more than those bytes.
+                    until_s = float(np.nextafter(self.now_s, np.inf))
+                stalled = until_s <= self.now_s < next_s
+                self._advance(until_s)
+                self.result.events += 1
+                threshold_due = until_s == threshold_s
             stale = self._finish_flows()
             while self._heap and self._heap[0][0] <= self.now_s:
                 _, _, kind, (e, s, t) = heapq.heappop(self._heap)
@@ -604,7 +616,7 @@ class Simulation:
                     self._release_stage(e, 0)
                 else:
                     self._release_coflow(e, s, t)
-            if until_s == threshold_s:
+            if threshold_due:
                 self._rerank_needed = True
             if self.progress is not None and self.now_s > last_report:
                 self.progress(self.now_s)

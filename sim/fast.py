@@ -45,7 +45,7 @@ from control.policies.base import (
     CoflowState,
     ExperimentState,
 )
-from sim import kernels
+from sim import kernels, quiet
 from sim.allocate import RELATIVE_TOLERANCE
 from sim.engine import COMPLETION_TOLERANCE, Interval, SimConfig, Simulation, _Coflow
 
@@ -107,10 +107,16 @@ class FastSimulation(Simulation):
         progress: Callable[[float], None] | None = None,
         *,
         verify: bool = False,
+        batch_quiet: bool = True,
+        max_quiet_events: int = quiet.MAX_EVENTS,
     ) -> None:
         super().__init__(workload, policy, config, progress)
         self.verify = verify
         """Check every incremental allocation against one from scratch (for tests)."""
+        self.batch_quiet = batch_quiet
+        """Run quiet events in one compiled call (:mod:`sim.quiet`); off, one by one (the
+        same numbers, for tests)."""
+        self.max_quiet_events = max_quiet_events
         self._merge = self.allocator != "greedy" and not self.config.record_intervals
         self._saturated_below = self.capacity * RELATIVE_TOLERANCE
         self._flows = np.zeros(0, dtype=np.int64)
@@ -363,6 +369,92 @@ class FastSimulation(Simulation):
             )
             self.result.delivered_bytes += delivered
         self.now_s = until_s
+
+    def _quiet_events(self, next_s: float, stalled: bool) -> tuple[bool, bool]:
+        """Flow completions inside coflows that go on, before ``next_s``, in one compiled
+        call (:func:`sim.quiet.quiet_events`), under strict priority, where the allocation
+        just made is in the scratch lists."""
+        classes = self._classes
+        moving = self._moving
+        if (
+            not self.batch_quiet
+            or self.allocator != "priority"
+            or classes is None
+            or moving is None
+            or moving.base is not self._work.moving
+            or len(self._rates) != len(classes[0])
+            or self._uids is None
+            or self._check_all
+            or self._finished
+            or self._num_done >= 0
+            or self.verify
+            or self.config.record_intervals
+        ):
+            return False, stalled
+        uids, rows = self._rows()
+        count = len(self._remaining)
+        if len(self._scratch) < count:
+            self._scratch = np.zeros(2 * count)
+            self._done = np.zeros(2 * count, dtype=np.int64)
+        if len(self._finished_owner) < count:
+            self._finished_owner = np.empty(count, dtype=np.int64)
+            self._finished_count = np.empty(count, dtype=np.int64)
+            self._finished_position = np.empty(count, dtype=np.int64)
+        coflows = [self._coflows[uid] for uid in uids.tolist()]
+        flows_left = np.array([c.flows_left for c in coflows], dtype=np.int64)
+        row_changed = np.zeros(len(uids), dtype=np.uint8)
+        log = self._round_log
+        log_active = self._logging and len(log.class_base) >= len(classes[1]) - 1
+        no_rows = np.zeros((0, 0))
+        state = np.zeros(quiet.STATE_SLOTS, dtype=np.int64)
+        state[quiet.NUM_MOVING] = len(moving)
+        state[quiet.REACHED] = self._reached
+        state[quiet.STALLED] = stalled
+        delivered = np.array([self.result.delivered_bytes])
+        work = self._work
+        self.now_s = quiet.quiet_events(
+            self.now_s, next_s, self.max_quiet_events, delivered, state,
+            self._rates, self._remaining, self._mult, self._tol, rows, self._in_entry_order,
+            self._flow_start, self._flows, self._scratch, self._sent, self._dirty, self._done,
+            kernels.NO_FLOAT if self._threshold_of_row is None else self._threshold_of_row,
+            self._owner, classes[2], classes[5], classes[1], self._finished_owner,
+            self._finished_count, self._finished_position, flows_left, row_changed,
+            classes[3], classes[4], classes[0], classes[8], self.capacity,
+            self._saturated_below, work.moving, work.live, work.pending, work.by_port,
+            work.frozen, self._bounds, self._moving_start,
+            log.residual if log_active else no_rows,
+            log.load if log_active else no_rows,
+            log.level if log_active else kernels.NO_FLOAT,
+            log.step if log_active else kernels.NO_FLOAT,
+            log.frozen_before if log_active else kernels.NO_INT,
+            log.class_base if log_active else kernels.NO_INT,
+            log.class_rounds if log_active else kernels.NO_INT,
+            log.class_live if log_active else kernels.NO_INT,
+            log.frozen_seq if log_active else kernels.NO_INT,
+            log.freeze_round if log_active else kernels.NO_INT,
+            kernels.RoundLog.MIN_LOGGED if log_active else 0,
+            log.stats if log_active else kernels.NO_INT,
+            log.max_rows,
+        )  # fmt: skip
+        events = int(state[quiet.EVENTS])
+        if events == 0:
+            return False, stalled
+        self.result.events += events
+        self.result.delivered_bytes = float(delivered[0])
+        self._moving = work.moving[: state[quiet.NUM_MOVING]]
+        self._reached = int(state[quiet.REACHED])
+        self._row_rate = None
+        self._dead += int(state[quiet.DEAD])
+        for row in np.flatnonzero(row_changed).tolist():
+            coflows[row].flows_left = int(flows_left[row])
+            self._moved_uids.add(int(uids[row]))
+        stop = int(state[quiet.STOP])
+        if stop == quiet.STOP_LOG_ROWS:
+            log.want_rows(int(state[quiet.ROWS_WANTED]))
+        if stop == quiet.STOP_COFLOW_DONE:
+            self._num_done = int(state[quiet.NUM_DONE])
+            return True, bool(state[quiet.STALLED])
+        return False, bool(state[quiet.STALLED])
 
     def _flow_end_s(self) -> float:
         return self.now_s + kernels.first_completion_s(
