@@ -14,7 +14,8 @@ Layout of one run with id ``abcde`` (prefix ``bmabcde-``):
 Nothing is created in the root namespace: veths are born inside their
 namespaces, and deleting the namespaces removes them. Every step is first
 recorded in the run's state file (:mod:`bmv2_topos.state`); leaving the
-context manager — normally, by exception, Ctrl-C or SIGTERM — removes it all.
+context manager — normally, by exception, Ctrl-C or SIGTERM — removes it all,
+and the run's guard (:mod:`bmv2_topos.guard`) does if this process is killed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
+from bmv2_topos.guard import RunGuard
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
 from control.addresses import split_hostport
 from control.errors import UserError
@@ -188,6 +190,8 @@ class EmulatedNetwork:
     """p4c's outputs, which the controller pushes to BMv2 switches."""
     runs_base: Path | None = None
     state: RunState | None = field(default=None, init=False)
+    guard: RunGuard | None = field(default=None, init=False)
+    """Removes the run if this process dies without doing so (see ``bmv2_topos.guard``)."""
     processes: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
     _previous_handlers: dict[int, Any] = field(default_factory=dict, init=False)
 
@@ -266,6 +270,7 @@ class EmulatedNetwork:
         self._install_signal_handlers()
         try:
             self.state = RunState.create(self.runs_base or runs_dir())
+            self.guard = RunGuard.start(self.state)
             self._build()
             self._start_switches()
             if self.policy is not None:
@@ -301,6 +306,9 @@ class EmulatedNetwork:
                             f"run {run.run_id} not fully removed ({error}); "
                             "beamer clean removes the rest"
                         )
+                if self.guard is not None:
+                    guard, self.guard = self.guard, None
+                    guard.stop()
         finally:
             self._restore_signal_handlers()
         if failure is not None:

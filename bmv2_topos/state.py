@@ -3,7 +3,8 @@
 Each run writes ``<runs dir>/<run id>/state.json`` *before* it creates a
 namespace or starts a process, and rewrites it after every change. The run
 removes everything itself on exit, Ctrl-C, SIGTERM or failure; when it was
-killed with SIGKILL, ``beamer clean`` reads the state files of dead runs and
+killed with SIGKILL, its guard (:mod:`bmv2_topos.guard`) removes it, and if the
+guard died too, ``beamer clean`` reads the state files of dead runs and
 removes what they list: the processes (by pid, only after checking that the
 pid still is the process the run started, by its start time), then the
 namespaces, whose veths go with them.

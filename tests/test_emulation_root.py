@@ -184,6 +184,7 @@ def _wait_for_running_run(owner_pid: int, timeout_s: float = 60.0) -> state.RunS
 
 def _assert_nothing_left(run: state.RunState) -> None:
     assert not any(name.startswith(run.prefix) for name in netns.list_namespaces())
+    assert not _guards_of(run), "the run's guard is still running"
     assert not run.directory.exists()
     for record in run.processes:
         assert not record.alive(), f"{record.role} (pid {record.pid}) is still running"
@@ -205,12 +206,54 @@ def test_killing_the_switch_ends_the_run_with_one_clear_error_and_no_leftovers(
     _assert_nothing_left(run)
 
 
-def test_beamer_clean_removes_what_a_sigkilled_run_left(emulate: subprocess.Popen[str]) -> None:
+def _guards_of(run: state.RunState) -> list[int]:
+    """Pids of the guard processes watching ``run`` (by their command line)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bmv2_topos.guard" in argv and str(run.directory).encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _wait_until_removed(run: state.RunState, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        namespaces = [name for name in netns.list_namespaces() if name.startswith(run.prefix)]
+        if not namespaces and not run.directory.exists() and not _guards_of(run):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"run {run.run_id} was not removed within {timeout_s} s")
+
+
+def test_the_guard_removes_what_a_sigkilled_run_left(emulate: subprocess.Popen[str]) -> None:
     run = _wait_for_running_run(emulate.pid)
+    assert len(_guards_of(run)) == 1
+    emulate.send_signal(signal.SIGKILL)
+    # The guard holds the run's standard error until it is done.
+    _, stderr = emulate.communicate(timeout=60)
+    _wait_until_removed(run)
+    _assert_nothing_left(run)
+    assert f"beamer: run {run.run_id}: its owner (pid {emulate.pid}) ended" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+def test_beamer_clean_removes_what_a_run_and_its_guard_left(
+    emulate: subprocess.Popen[str],
+) -> None:
+    run = _wait_for_running_run(emulate.pid)
+    (guard,) = _guards_of(run)
+    os.kill(guard, signal.SIGKILL)
     emulate.send_signal(signal.SIGKILL)
     emulate.wait(timeout=10)
+    time.sleep(1.0)
     leftovers = [name for name in netns.list_namespaces() if name.startswith(run.prefix)]
-    assert len(leftovers) == 4  # h1, h2, h3 and the fabric: SIGKILL gave no chance to clean
+    assert len(leftovers) == 4  # h1, h2, h3 and the fabric: no one was left to clean
     cleaned = subprocess.run(
         [sys.executable, "-m", "control.cli", "clean"],
         cwd=REPO,
