@@ -294,3 +294,64 @@ def test_a_promoted_trial_stopped_before_it_resumes_leaves_its_slot(tmp_path: Pa
     assert sink.of_type("trial_stopped") == [other]
     assert sorted(sink.of_type("stage_completed")) == [(1, 0), (2, 0), (2, 1)]
     assert sink.state.experiments == {}
+
+
+SEARCH = dict(
+    controller=None,
+    max_t=4,
+    num_samples=10,
+    hosts=HOSTS,
+    gradient_bytes=1000,
+    compute_s=0.1,
+    assignments_dir=None,
+)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "says"),
+    [
+        ("num_samples", float("nan"), "num_samples=nan is not a whole number from 1 to 65536"),
+        ("num_samples", 10**12, "num_samples=1000000000000 is not a whole number"),
+        ("num_samples", 10.0, "num_samples=10.0 is not a whole number"),
+        ("num_samples", "10", "num_samples='10' is not a whole number"),
+        ("reduction_factor", float("inf"), "reduction_factor=inf is not a number above 1"),
+        ("reduction_factor", "3", "reduction_factor='3' is not a number above 1"),
+        ("workers", True, "workers=True is not a whole number"),
+        ("gradient_bytes", 1e300, "gradient_bytes=1e+300 is not a whole number"),
+        ("gradient_bytes", float("nan"), "gradient_bytes=nan is not a whole number"),
+        ("compute_s", float("nan"), "compute_s=nan is not a number from 0 to 1e+09"),
+        ("seed", "x", "seed='x' is not a whole number"),
+        ("stop_last_trials", "no", "stop_last_trials='no' is not true or false"),
+        ("gang_start", 0, "gang_start=0 is not true or false"),
+        ("first_experiment_id", "1", "first_experiment_id='1' is not a whole number"),
+        ("hosts", "h1h2h3", "hosts='h1h2h3' is not a list of host names"),
+        ("hosts", ["h1", 2], "hosts: 2 is not a host name"),
+        ("metric", 3, "metric=3 is not a metric's name"),
+        ("mode", "up", "mode='up' is not 'min' or 'max'"),
+        ("controller", 5, "controller: int is not 'HOST:PORT', a Unix socket path"),
+    ],
+)
+def test_a_library_search_refuses_arguments_it_cannot_use_with_one_line(
+    argument: str, value: object, says: str
+) -> None:
+    # A call from a script gets no command line's checks: NaN trials used to plan an empty
+    # search, 10**12 trials to plan for ever, and a string to fail deep inside Ray or the
+    # driver with a TypeError.
+    from control.errors import UserError
+
+    with pytest.raises(UserError) as refused:
+        beamer_hyperband(**{**SEARCH, argument: value})  # type: ignore[arg-type]
+    assert says in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_controller_object_needs_every_event_method() -> None:
+    from control.errors import UserError
+
+    class Partial:
+        def experiment_released(self, experiment: object) -> None: ...
+
+    with pytest.raises(UserError, match="lacks close, coflow_finished"):
+        beamer_hyperband(**{**SEARCH, "controller": Partial()})  # type: ignore[arg-type]
+    scheduler, _ = beamer_hyperband(**{**SEARCH, "controller": NullSink(), "seed": 10**300})
+    assert isinstance(scheduler, BeamerHyperBandScheduler)

@@ -22,11 +22,55 @@ from dataclasses import dataclass
 import numpy as np
 
 from control.errors import UserError
+from control.events import MAX_SECONDS
 from control.model import Experiment, Stage, TrialStage
+from control.policies.knobs import KNOB_LIMIT, Knob, check_knobs
 from tuner.contract import Pattern
 from workloads.hp_tuning import sync_flows
 
 ID16_MAX = 0xFFFF
+
+MAX_SAMPLES = ID16_MAX + 1
+"""Trials of one search at most (as many as a bracket has 16-bit trial ids)."""
+
+SEARCH_KNOBS: dict[str, Knob] = {
+    "num_samples": Knob("int", 1, MAX_SAMPLES),
+    # Iterations, compute time and bytes as the controller's event API takes them.
+    "max_t": Knob("int", 1, 2**31 - 1),
+    "reduction_factor": Knob("float", 1.0, KNOB_LIMIT, above_minimum=True),
+    "stop_last_trials": Knob("bool"),
+    "workers": Knob("int", 1, ID16_MAX),
+    "pattern": Knob("word", words=("ring", "ps")),
+    "gradient_bytes": Knob("int", 1, 2**62),
+    "compute_s": Knob("float", 0.0, MAX_SECONDS),
+    "first_experiment_id": Knob("int", 0, ID16_MAX),
+    "gang_start": Knob("bool"),
+    "mode": Knob("word", words=("min", "max"), optional=True),
+}
+"""What each argument of ``tuner.beamer_hyperband`` may be (a library call gets no
+command line's checks)."""
+
+
+def check_search(values: dict[str, object]) -> None:
+    """Refuse, with one line naming it, the first argument of a search that
+    :data:`SEARCH_KNOBS` does not admit, a ``seed`` that is not a whole number (any
+    size: it seeds ``random.Random``), ``hosts`` that are not a list of names, or a
+    ``metric`` that is not a name."""
+    check_knobs(SEARCH_KNOBS, values)
+    seed = values["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UserError(f"seed={seed!r} is not a whole number")
+    hosts = values["hosts"]
+    if isinstance(hosts, str | bytes) or not isinstance(hosts, Sequence):
+        raise UserError(f"hosts={hosts!r} is not a list of host names")
+    for host in hosts:
+        if not isinstance(host, str) or not host:
+            raise UserError(f"hosts: {host!r} is not a host name")
+    metric = values["metric"]
+    if metric is not None and not isinstance(metric, str):
+        raise UserError(f"metric={metric!r} is not a metric's name")
+
+
 """Experiment, stage and trial ids travel in 16-bit tag fields."""
 
 

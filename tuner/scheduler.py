@@ -19,7 +19,7 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, HyperBandScheduler, Tri
 from control.errors import UserError
 from tuner.contract import Pattern
 from tuner.driver import TuneDriver
-from tuner.plan import hyperband_plan
+from tuner.plan import check_search, hyperband_plan
 from tuner.sinks import EventSink, connect
 
 if TYPE_CHECKING:
@@ -154,6 +154,24 @@ def beamer_hyperband(
     """
     from tuner.callback import BeamerCallback
 
+    check_search(
+        {
+            "num_samples": num_samples,
+            "max_t": max_t,
+            "reduction_factor": reduction_factor,
+            "stop_last_trials": stop_last_trials,
+            "workers": workers,
+            "pattern": pattern,
+            "gradient_bytes": gradient_bytes,
+            "compute_s": compute_s,
+            "seed": seed,
+            "first_experiment_id": first_experiment_id,
+            "gang_start": gang_start,
+            "mode": mode,
+            "hosts": hosts,
+            "metric": metric,
+        }
+    )
     if scheduler != "hyperband":
         if scheduler.lower() in ("asha", "async_hyperband", "asynchyperband"):
             require_stages(AsyncHyperBandScheduler())

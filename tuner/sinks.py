@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from bmv2_topos.agent import EventSink as AgentEventSink
 from control.entries import coflow_tag
+from control.errors import UserError
 from control.events import (
     CoflowFinished,
     CoflowStarted,
@@ -37,6 +38,20 @@ class EventSink(AgentEventSink, Protocol):
     def trial_stopped(self, experiment_id: int, stage_id: int, trial_id: int) -> Any: ...
     def experiment_finished(self, experiment_id: int) -> Any: ...
     def close(self) -> None: ...
+
+
+SINK_METHODS = tuple(
+    sorted(
+        {
+            name
+            for protocol in EventSink.__mro__
+            if getattr(protocol, "_is_protocol", False)
+            for name, member in vars(protocol).items()
+            if callable(member) and not name.startswith("_")
+        }
+    )
+)
+"""The methods an object given as a controller must have (those of :class:`EventSink`)."""
 
 
 class SinkBase:
@@ -119,4 +134,10 @@ def connect(controller: str | Path | EventSink | None) -> EventSink:
         return NullSink()
     if isinstance(controller, str | Path):
         return EventClient(controller)
+    missing = [name for name in SINK_METHODS if not callable(getattr(controller, name, None))]
+    if missing:
+        raise UserError(
+            f"controller: {type(controller).__name__} is not 'HOST:PORT', a Unix socket "
+            f"path, None or an object with the event methods (it lacks {', '.join(missing)})"
+        )
     return controller
