@@ -6,8 +6,8 @@ ends its driver, ``beamer tune``, when the driver's raylet dies). The run's
 processes die with the owner (``setpriv --pdeathsig``); its namespaces and run
 directory would stay until ``beamer clean``. So each run starts a guard: a small
 process in a session of its own, holding the read end of a pipe whose write end only
-the owner holds. The pipe ends when the owner closes it after its teardown, or when
-the kernel closes it at the owner's death. If the owner is then gone and the run's
+the owner holds. The owner writes a line and closes it after its teardown; the
+kernel closes it at the owner's death. If it ends without that line and the run's
 state file is still there, the guard tears the run down from it, as ``beamer clean``
 would, and says so on the run's standard error. A guard killed too leaves the run to
 ``beamer clean``.
@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bmv2_topos.state import STATE_FILE, RunState, claim_run_id, process_start_ticks
@@ -33,6 +34,8 @@ POLL_S = 1.0
 """How often the guard looks at the owner while the pipe is open (a process forked by
 the owner without exec would hold the pipe open after the owner's death)."""
 STOP_TIMEOUT_S = 10.0
+OVER = b"over\n"
+"""What the owner writes before it closes the pipe at the end of its run."""
 
 
 class RunGuard:
@@ -65,8 +68,11 @@ class RunGuard:
         """Tell the guard the run is over (its teardown done) and wait for it to exit."""
         stdin = self.process.stdin
         if stdin is not None:
+            with contextlib.suppress(OSError):  # a broken pipe: the guard is gone already
+                stdin.write(OVER)
+                stdin.flush()
             with contextlib.suppress(OSError):
-                stdin.close()  # a broken pipe: the guard is gone already
+                stdin.close()
         try:
             self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -87,11 +93,24 @@ def owner_alive(pid: int, start_ticks: int) -> bool:
 
 
 def wait_for_owner(pid: int, start_ticks: int) -> bool:
-    """Wait until the owner closes the pipe or is gone; True if it closed it alive."""
+    """Wait until the owner says the run is over (a line, then the pipe closed) or is
+    gone; True if it said so.
+
+    The pipe ending is not enough: a killed process's descriptors close before it
+    turns into a zombie, so at that instant it may still look alive."""
+    said_over = False
     while True:
         readable, _, _ = select.select([sys.stdin.buffer], [], [], POLL_S)
-        if readable and not os.read(sys.stdin.fileno(), 4096):
-            return owner_alive(pid, start_ticks)
+        if readable:
+            data = os.read(sys.stdin.fileno(), 4096)
+            if data:
+                said_over = said_over or OVER in data
+                continue
+            if said_over:
+                return True
+            while owner_alive(pid, start_ticks):  # dying: wait until it is gone
+                time.sleep(0.05)
+            return False
         if not owner_alive(pid, start_ticks):
             return False
 

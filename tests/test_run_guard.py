@@ -33,12 +33,12 @@ class Scene:
     """The pipe's write end, if the test holds it too (else the owner alone)."""
 
 
-def _start(tmp_path: Path, *, test_holds_pipe: bool = False) -> Scene:
-    """An owner, a member process and a run directory; the guard watching them."""
+def _start(tmp_path: Path, *, test_holds_pipe: bool = False, owner_code: str = "") -> Scene:
+    """An owner, a member process and a run directory; the guard watching them. The owner
+    runs ``owner_code`` (``FD`` is its write end), else sleeps."""
     read_end, write_end = os.pipe()
-    owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; time.sleep(120)"], pass_fds=(write_end,)
-    )
+    code = owner_code.replace("FD", str(write_end)) or "import time; time.sleep(120)"
+    owner = subprocess.Popen([sys.executable, "-c", code], pass_fds=(write_end,))
     member = subprocess.Popen(SLEEPER)
     base = tmp_path / "runs"
     base.mkdir()
@@ -124,6 +124,20 @@ def test_an_owner_gone_while_another_process_holds_the_pipe_is_still_noticed(
     scene.owner.send_signal(signal.SIGKILL)
     scene.owner.wait()
     code, stderr = _guard_output(scene)
+    assert code == 0, stderr
+    assert not scene.run.directory.exists()
+    assert scene.member.wait(timeout=10) != 0
+
+
+def test_a_pipe_that_ends_without_the_owners_word_waits_for_the_owner_to_be_gone(
+    tmp_path: Path, scenes: list[Scene]
+) -> None:
+    # A killed process's descriptors close before it is a zombie: at the pipe's end the
+    # owner may still look alive. Here it closes the pipe and lives on for a second.
+    scene = _start(tmp_path, owner_code="import os, time; os.close(FD); time.sleep(1.5)")
+    scenes.append(scene)
+    code, stderr = _guard_output(scene)
+    assert scene.owner.poll() is not None  # the guard acted only once the owner was gone
     assert code == 0, stderr
     assert not scene.run.directory.exists()
     assert scene.member.wait(timeout=10) != 0
