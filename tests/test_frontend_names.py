@@ -12,6 +12,7 @@ from scapy.layers.l2 import Ether
 from test_frontend_errors import VALID
 
 from softswitch.frontend import compile_source
+from softswitch.frontend.errors import CompileError
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import ActionCall, ExactMatch, LpmMatch, TableEntry
 
@@ -162,3 +163,55 @@ def test_objects_whose_names_differ_only_in_dots_and_underscores_stay_apart() ->
     # ipv4_lpm forwards; other (no entries) runs NoAction, so the TTL drops by one only.
     [(port, _priority, data)] = pipeline.process(1, frame())
     assert port == 2 and Ether(data)[IP].ttl == 29
+
+
+@pytest.mark.parametrize(
+    ("kind", "first", "written", "renamed"),
+    [
+        # Two tables of one name used to be refused as one table "applied more than once";
+        # p4c refuses it as a P4Info name used twice.
+        ("table", '@name("n") table', '@name("n/t2") table', '@name("n") table'),
+        # Two actions of one name and different parameters used to share the first one's
+        # entry: the second one's table then refused a call with its own arguments.
+        ("action", '@name("n/drop") action', '@name("n/fwd") action', '@name("n/drop") action'),
+        # Two counters or registers of one name used to compile into one P4Info entry.
+        (
+            "counter",
+            '@name("n/c") counter',
+            "hits;\n",
+            'hits;\n    @name("n/c") counter(2, CounterType.packets) more_hits;\n',
+        ),
+        (
+            "register",
+            '@name("n/r") register',
+            "last_ttl;\n",
+            'last_ttl;\n    @name("n/r") register<bit<8>>(2) more_ttl;\n',
+        ),
+    ],
+)
+def test_a_name_given_to_two_objects_of_a_kind_is_refused_with_both_places(
+    kind: str, first: str, written: str, renamed: str
+) -> None:
+    source = program_named("n")
+    assert source.count(written) >= 1
+    source = source.replace(written, renamed, 1)
+    first_line = next(number for number, line in enumerate(source.splitlines(), 1) if first in line)
+    with pytest.raises(CompileError) as refused:
+        compile_source(source, "twice.p4")
+    message = str(refused.value)
+    assert f"is used for multiple {kind} objects" in message, message
+    assert f"declared at line {first_line}" in message, message
+    assert message.startswith("twice.p4:") and "\n" not in message
+
+
+def test_actions_of_one_name_and_the_same_parameters_share_one_entry_as_in_p4c() -> None:
+    # Translated programs repeat @name(".NoAction") on copies of an action; p4c gives
+    # them one P4Info action, and so does this frontend.
+    source = program_named("n").replace(
+        '@name("n/drop") action drop()',
+        '@name(".drop") action drop_too() { mark_to_drop(standard_metadata); }\n'
+        '    @name(".drop") action drop()',
+    )
+    source = source.replace("actions = { drop; NoAction; }", "actions = { drop_too; NoAction; }")
+    program = compile_source(source, "shared.p4")
+    assert [name for name in program.action_ids if "drop" in name] == ["drop"]

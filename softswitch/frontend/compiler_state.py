@@ -61,6 +61,8 @@ class CompilerState:
         # Source order of actions and controls (by id of the declaration): an action may
         # only call one declared before it, as in p4c, so no action can recurse.
         self.declaration_order: dict[int, int] = {}
+        # Per kind of P4Info object and name: the declaration that has it, and where.
+        self.p4info_names: dict[tuple[str, str], tuple[int, SourceLocation]] = {}
         # Per header or struct type (by id, the type kept alive), how many fields it holds.
         self.field_counts: dict[int, tuple[P4Type, int]] = {}
         # Header and struct fields the block being lowered creates or copies per packet
@@ -114,6 +116,19 @@ class CompilerState:
         """Whether ``first`` comes before ``second`` in the source (actions, controls)."""
         order = self.declaration_order
         return order.get(id(first), -1) < order.get(id(second), -1)
+
+    def claim_p4info_name(self, kind: str, name: str, decl: ast.Decl) -> None:
+        """Give ``decl`` the P4Info name ``name`` among the ``kind`` objects, or refuse a
+        second declaration of that name: P4Info names are unique per kind (p4c refuses a
+        repeated table or counter name), and two objects of one name would share one
+        entry, the control plane reaching only one of them."""
+        first = self.p4info_names.setdefault((kind, name), (id(decl), decl.loc))
+        if first[0] != id(decl):
+            raise CompileError(
+                decl.loc,
+                f"name '{name}' is used for multiple {kind} objects (the other is declared "
+                f"at line {first[1].line}); give each its own @name",
+            )
 
     def fresh(self, prefix: str) -> str:
         """A new identifier of the generated code: ``prefix`` (a constant, or made by

@@ -158,6 +158,7 @@ class ControlLowering(TableLowering):
                 raise CompileError(
                     arg(0).loc, f"counter size {size} is not between 1 and {MAX_EXTERN_CELLS}"
                 )
+            self.claim_p4info_name("counter", qualified, inst)
             info = CounterInfo(qualified, size, unit(arg(1), "CounterType"), pyname)
             self.lowered.counters.append(info)
             self._check_total_cells(arg(0).loc)
@@ -165,6 +166,7 @@ class ControlLowering(TableLowering):
         if kind == "direct_counter":
             if len(inst.args) != 1:
                 raise CompileError(inst.loc, "direct_counter takes (CounterType)")
+            self.claim_p4info_name("direct_counter", qualified, inst)
             dinfo = DirectCounterInfo(qualified, unit(arg(0), "CounterType"))
             self.lowered.direct_counters.append(dinfo)
             return ExternInstance(kind, pyname, dinfo, type_args)
@@ -179,6 +181,7 @@ class ControlLowering(TableLowering):
                 raise CompileError(
                     arg(0).loc, f"register size {size} is not between 1 and {MAX_EXTERN_CELLS}"
                 )
+            self.claim_p4info_name("register", qualified, inst)
             rinfo = RegisterInfo(qualified, size, value_type.width, pyname)
             self.lowered.registers.append(rinfo)
             self._check_total_cells(arg(0).loc)

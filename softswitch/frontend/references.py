@@ -37,6 +37,15 @@ class ReferenceResolution(CompilerState):
             params.append((p.name, t.width))
         existing = self.lowered.actions.get(name)
         if existing is not None:
+            # p4c gives actions of one name one P4Info entry (translated programs repeat
+            # @name(".NoAction") on copies); an entry has one list of parameters.
+            if existing.decl is not decl and existing.params != params:
+                raise CompileError(
+                    decl.loc,
+                    f"name '{name}' is used for multiple action objects with different "
+                    f"parameters (the other is declared at line {existing.decl.loc.line}); "
+                    "give each its own @name",
+                )
             return existing
         info = ActionInfo(name, decl, params, control)
         self.lowered.actions[name] = info

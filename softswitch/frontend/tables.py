@@ -31,6 +31,7 @@ class TableLowering(StatementLowering):
     def declare_table(self, decl: ast.TableDecl, control: str, scope: Scope) -> TableInfo:
         assert self.ctx is not None
         name = control_plane_name(decl, control)
+        self.claim_p4info_name("table", name, decl)
         keys: list[KeyInfo] = []
         for key in decl.keys or []:
             if key.match_kind not in self.match_kinds:
