@@ -470,12 +470,13 @@ class TableState:
     def find(self, key: EntryKey) -> TableEntry | None:
         return self.entries.get(key)
 
-    def insert_valid(self, key: EntryKey, entry: TableEntry) -> None:
-        """Install a validated ``entry`` whose key is ``key``; only duplicates and size fail."""
+    def insert_valid(self, key: EntryKey, entry: TableEntry, *, sized: bool = True) -> None:
+        """Install a validated ``entry`` whose key is ``key``; only duplicates and size fail
+        (not the size with ``sized`` off: a program's const entries may outnumber it)."""
         entries = self.entries
         if key in entries:
             raise EntryExistsError(f"{self.name}: the entry already exists")
-        if len(entries) >= self.size:
+        if sized and len(entries) >= self.size:
             raise TableFullError(f"{self.name} is full ({self.size} entries)")
         entries[key] = entry
         self._index_add(key, entry)
@@ -495,7 +496,7 @@ class TableState:
             raise ImmutableError(f"{self.name} has const entries and cannot be written")
         key = self.check_key(entry.matches, entry.priority)
         self._check_action(entry.action, as_default=False)
-        self.insert_valid(key, entry)
+        self.insert_valid(key, entry, sized=not allow_const)
 
     def _existing(self, matches: Mapping[int, FieldMatch], priority: int) -> TableEntry:
         entry = self.entries.get(self.check_key(matches, priority))

@@ -96,23 +96,28 @@ def with_entries(entries: str, key: str = "exact", extra: str = "") -> str:
     )
 
 
-def test_const_entries_up_to_the_size_load_and_match_one_more_is_refused() -> None:
-    source = with_entries("1 : NoAction();\n 0x0a000202 : ipv4_forward(9, 3);", extra="size = 2; ")
-    pipeline = Pipeline(compile_source(source, "fits.p4"))
+@pytest.mark.parametrize("size", [2, 1])
+def test_const_entries_beyond_the_size_load_and_match_as_p4c_takes_them(size: int) -> None:
+    # p4c warns of a size given with const entries and makes the table as large as its
+    # entries; a const table takes no more.
+    source = with_entries(
+        "1 : NoAction();\n 0x0a000202 : ipv4_forward(9, 3);", extra=f"size = {size}; "
+    )
+    program = compile_source(source, "fits.p4")
+    pipeline = Pipeline(program)
     assert [port for port, _, _ in pipeline.process(1, FRAME)] == [3]
-    with pytest.raises(CompileError, match="more const entries than its size, 1 "):
-        compile_source(source.replace("size = 2;", "size = 1;"), "full.p4")
+    table = pipeline.runtime.tables_by_name["MyIngress.ipv4_lpm"]
+    assert table.size == size and len(table.entries) == 2
+
+
+def test_more_const_entries_than_the_default_size_load() -> None:
+    entries = " ".join(f"{i} : drop();" for i in range(1024)) + "\n0x0a000202 : ipv4_forward(9, 3);"
+    pipeline = Pipeline(compile_source(with_entries(entries), "many.p4"))
+    assert [port for port, _, _ in pipeline.process(1, FRAME)] == [3]
+    assert len(pipeline.runtime.tables_by_name["MyIngress.ipv4_lpm"].entries) == 1025
 
 
 CONST_ENTRIES = {
-    "over the size": (
-        with_entries("1 : drop();\n @@2 : drop();", extra="size = 1; "),
-        "table ipv4_lpm has more const entries than its size, 1 (declare a larger size)",
-    ),
-    "over the default size": (
-        with_entries(" ".join(f"{i} : drop();" for i in range(1024)) + "\n@@1024 : drop();"),
-        "table ipv4_lpm has more const entries than its size, 1,024 (the default; declare one)",
-    ),
     "duplicate exact": (
         with_entries("1 : drop();\n @@1 : NoAction();"),
         "table ipv4_lpm already has an entry with this key (the entry at line 43, column 1)",
@@ -185,11 +190,11 @@ def test_entries_equal_only_once_masked_or_of_other_priorities_are_distinct() ->
         compile_source(with_entries(same, key="ternary"), "same.p4")
 
 
-def test_beamer_compile_refuses_a_full_const_table_with_exit_status_2(
+def test_beamer_compile_refuses_a_const_table_with_a_repeated_key_with_exit_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "full.p4"
-    path.write_text(expected_location(CONST_ENTRIES["over the size"][0])[0])
+    path = tmp_path / "twice.p4"
+    path.write_text(expected_location(CONST_ENTRIES["duplicate exact"][0])[0])
     assert main(["compile", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and f"{path}:44:2: table ipv4_lpm" in err

@@ -101,9 +101,7 @@ class TableLowering(StatementLowering):
         info_t.annotations = [a.text for a in decl.annotations]
         if decl.entries is not None:
             default_only = {name for name, kind in actions if kind == "default"}
-            info_t.const_entries = self.const_entries(
-                decl, keys, action_infos, default_only, size, scope
-            )
+            info_t.const_entries = self.const_entries(decl, keys, action_infos, default_only, scope)
         self.lowered.tables.append(info_t)
         return info_t
 
@@ -113,7 +111,6 @@ class TableLowering(StatementLowering):
         keys: list[KeyInfo],
         actions: dict[str, ActionInfo],
         default_only: set[str],
-        size: int,
         scope: Scope,
     ) -> list[tuple[list[tuple[str, int, int]], int, str, list[int]]]:
         """The entries as the control plane installs them when the program loads: each is
@@ -124,11 +121,13 @@ class TableLowering(StatementLowering):
         # Per entry key as the table identifies an entry, the line of the first with it.
         seen: dict[tuple[object, ...], SourceLocation] = {}
         for index, entry in enumerate(decl.entries or []):
-            if index == size:
+            # More entries than the size are taken, as p4c takes them (it warns, and makes
+            # the BMv2 table as large as its entries): nothing can be added to the table.
+            if index == MAX_TABLE_SIZE:
                 raise CompileError(
                     entry.loc,
-                    f"table {decl.name} has more const entries than its size, {size:,}"
-                    + (" (declare a larger size)" if decl.size else " (the default; declare one)"),
+                    f"table {decl.name} has more const entries than a table may hold, "
+                    f"{MAX_TABLE_SIZE:,}",
                 )
             if entry.priority is not None and not needs_priority:
                 raise CompileError(
