@@ -344,6 +344,8 @@ class _Parser:
     def parse(self, raw: Any) -> Topology:
         top = self.obj(raw, "", _TOP_KEYS)
         name = self.string(self.required(top, "name", "name"), "name")
+        if "description" in top and not isinstance(top["description"], str):
+            raise self.fail("description", f"expected a string, got {_kind(top['description'])}")
         switches = self.switches(self.required(top, "switches", "switches"))
         hosts = self.hosts(self.required(top, "hosts", "hosts"), {s.name for s in switches})
         links = self.links(self.required(top, "links", "links"), switches, hosts)

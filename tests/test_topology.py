@@ -215,6 +215,7 @@ def _mutated(mutate: Any) -> dict[str, Any]:
     [
         (lambda r: r.pop("switches"), r"switches: missing required field"),
         (lambda r: r.update(colour=1), r"colour: unknown field"),
+        (lambda r: r.update(description=[[[]]]), r"description: expected a string, got"),
         (lambda r: r["switches"][1].update(device_id=-1), r"switches\[1\]\.device_id: -1 is out"),
         (
             lambda r: r["switches"][1].update(device_id="0"),
