@@ -31,8 +31,9 @@ from sim.kernels import (
     row_rates,
 )
 
-MAX_EVENTS = 8192
-"""Events per call at most (the default): a signal (Ctrl-C) is handled only between calls."""
+MAX_EVENTS = 1024
+"""Events per call at most (the default): a signal (Ctrl-C) is handled only between calls,
+and an event on the whole FB2010 trace takes up to about 0.4 ms."""
 
 STOP_DUE = 0
 """Stopped before an event that Python runs: the heap's next event is due first, or
