@@ -405,7 +405,6 @@ class FastSimulation(Simulation):
         row_changed = np.zeros(len(uids), dtype=np.uint8)
         log = self._round_log
         log_active = self._logging and len(log.class_base) >= len(classes[1]) - 1
-        no_rows = np.zeros((0, 0))
         state = np.zeros(quiet.STATE_SLOTS, dtype=np.int64)
         state[quiet.NUM_MOVING] = len(moving)
         state[quiet.REACHED] = self._reached
@@ -422,16 +421,7 @@ class FastSimulation(Simulation):
             classes[3], classes[4], classes[0], classes[8], self.capacity,
             self._saturated_below, work.moving, work.live, work.pending, work.by_port,
             work.frozen, self._bounds, self._moving_start,
-            log.residual if log_active else no_rows,
-            log.load if log_active else no_rows,
-            log.level if log_active else kernels.NO_FLOAT,
-            log.step if log_active else kernels.NO_FLOAT,
-            log.frozen_before if log_active else kernels.NO_INT,
-            log.class_base if log_active else kernels.NO_INT,
-            log.class_rounds if log_active else kernels.NO_INT,
-            log.class_live if log_active else kernels.NO_INT,
-            log.frozen_seq if log_active else kernels.NO_INT,
-            log.freeze_round if log_active else kernels.NO_INT,
+            *(log.kernel_arrays() if log_active else kernels.NO_LOG),
             kernels.RoundLog.MIN_LOGGED if log_active else 0,
             log.stats if log_active else kernels.NO_INT,
             log.max_rows,

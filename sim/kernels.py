@@ -474,6 +474,13 @@ def _maxmin_classes_unlogged(*filling: Any) -> tuple[int, int]:  # pragma: no co
     return count, reached
 
 
+LogArrays = tuple[
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+]  # fmt: skip
+"""A round log's arrays, ``log_residual`` to ``freeze_round`` of :func:`_maxmin_classes`."""
+
+
 class Scratch:
     """Work arrays for :func:`_maxmin_classes`, grown as needed and reused."""
 
@@ -552,6 +559,22 @@ class RoundLog:
         else:
             self.class_base[:] = -1
 
+    def kernel_arrays(self) -> LogArrays:
+        """The log as :func:`_maxmin_classes` takes it, ``log_residual`` to
+        ``freeze_round`` (:data:`NO_LOG`: no log)."""
+        return (
+            self.residual,
+            self.load,
+            self.level,
+            self.step,
+            self.frozen_before,
+            self.class_base,
+            self.class_rounds,
+            self.class_live,
+            self.frozen_seq,
+            self.freeze_round,
+        )
+
     def want_rows(self, rows: int) -> None:
         """A filling wanted ``rows`` rows: grow (forgetting the classes) if room is left."""
         if rows > len(self.level) and len(self.level) < self.max_rows:
@@ -562,6 +585,11 @@ class RoundLog:
 NO_INT = np.zeros(0, dtype=np.int64)
 """An empty array standing for "none" in a compiled call (one type for every call)."""
 NO_FLOAT = np.zeros(0)
+_NO_ROWS = np.zeros((0, 0))
+NO_LOG: LogArrays = (
+    _NO_ROWS, _NO_ROWS, NO_FLOAT, NO_FLOAT, NO_INT, NO_INT, NO_INT, NO_INT, NO_INT, NO_INT
+)  # fmt: skip
+""":meth:`RoundLog.kernel_arrays` of no log: a filling without one."""
 
 
 def maxmin_into(
@@ -622,16 +650,7 @@ def maxmin_into(
         *filling,
         NO_INT if finished is None else finished,
         NO_FLOAT if finished_mult is None else finished_mult,
-        log.residual,
-        log.load,
-        log.level,
-        log.step,
-        log.frozen_before,
-        log.class_base,
-        log.class_rounds,
-        log.class_live,
-        log.frozen_seq,
-        log.freeze_round,
+        *log.kernel_arrays(),
         RoundLog.MIN_LOGGED,
         log.stats,
     )
