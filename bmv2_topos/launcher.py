@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from bmv2_topos import bmv2, netns
-from bmv2_topos.guard import RunGuard
+from bmv2_topos.guard import start_run_guard
 from bmv2_topos.state import OWNER_VARIABLE, RUN_ID_VARIABLE, RunState, runs_dir
 from control.addresses import split_hostport
 from control.errors import UserError
+from control.guard import Guard
 from control.interrupts import restore_handlers, signals_held, unwind_on_termination
 from control.topology import Endpoint, Topology
 
@@ -190,7 +191,7 @@ class EmulatedNetwork:
     """p4c's outputs, which the controller pushes to BMv2 switches."""
     runs_base: Path | None = None
     state: RunState | None = field(default=None, init=False)
-    guard: RunGuard | None = field(default=None, init=False)
+    guard: Guard | None = field(default=None, init=False)
     """Removes the run if this process dies without doing so (see ``bmv2_topos.guard``)."""
     processes: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
     _previous_handlers: dict[int, Any] = field(default_factory=dict, init=False)
@@ -270,7 +271,7 @@ class EmulatedNetwork:
         self._install_signal_handlers()
         try:
             self.state = RunState.create(self.runs_base or runs_dir())
-            self.guard = RunGuard.start(self.state)
+            self.guard = start_run_guard(self.state)
             self._build()
             self._start_switches()
             if self.policy is not None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from bmv2_topos import netns
 from control.files import atomic_write_text
+from control.guard import process_start_ticks
 
 DEFAULT_RUNS_DIR = Path("/run/beamer")
 """Root-only tmpfs location; a reboot clears it along with the namespaces."""
@@ -101,21 +102,6 @@ def new_run_id(base: Path) -> tuple[str, socket.socket]:
         claim = claim_run_id(run_id)
         if claim is not None:
             return run_id, claim
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if it is gone.
-
-    A pid plus its start time names one process for good: a recycled pid has a
-    different start time, so ``beamer clean`` never signals a stranger.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
 
 
 @dataclass

@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from control.addresses import checked_hostport
 from control.errors import UserError
+from control.guard import Guard
 from control.interrupts import (
     HELD_SIGNALS,
     restore_handlers,
@@ -64,6 +65,9 @@ Result = TypeVar("Result")
 _RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _RAY_NICENESS_ENV = "RAY_worker_niceness"
 _LOCAL_TEMP_DIR: str | None = None
+_LOCAL_TEMP_GUARD: Guard | None = None
+"""Removes the directory if this process dies without :func:`stop_local_ray` (SIGKILL,
+or Ray ending its driver when the raylet dies)."""
 _PREVIOUS_HANDLERS: dict[int, Any] = {}
 """The SIGTERM and SIGHUP handlers before the local Ray instance started."""
 
@@ -267,7 +271,7 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
     os.environ.setdefault(_RAY_NICENESS_ENV, "0")
     ray = _loopback_only()
 
-    global _LOCAL_TEMP_DIR
+    global _LOCAL_TEMP_DIR, _LOCAL_TEMP_GUARD
     # What stop_local_ray gives back: the handlers from before Ray, not the one ray.init
     # installs (which would outlive the instance).
     _PREVIOUS_HANDLERS.update(_python_handlers((signal.SIGTERM, signal.SIGHUP)))
@@ -275,6 +279,7 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
         # Its own directory for sockets and logs, removed by stop_local_ray: nothing is
         # left behind, and no other Ray instance on the machine is found or joined.
         _LOCAL_TEMP_DIR = tempfile.mkdtemp(prefix="beamer-ray-")
+        _LOCAL_TEMP_GUARD = Guard.start("control.guard", [_LOCAL_TEMP_DIR])
         try:
             ray.init(
                 address="local",
@@ -303,7 +308,7 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
     Ray's processes that are still running ``grace_s`` after shutdown (a start that
     failed half-way is not known to ``ray.shutdown``) are killed: they are ours.
     """
-    global _LOCAL_TEMP_DIR
+    global _LOCAL_TEMP_DIR, _LOCAL_TEMP_GUARD
     import ray
 
     try:
@@ -311,6 +316,8 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
         # processes and its directory behind: held until both are gone, then raised.
         with signals_held():
             ray_processes = _ray_descendants()
+            if _LOCAL_TEMP_GUARD is not None:  # not Ray's: its command line names the dir
+                ray_processes.discard(_LOCAL_TEMP_GUARD.process.pid)
             ray.shutdown()
             _reinstall_handlers()
             # Ray's processes (GCS, raylet, their agents and workers) outlive shutdown()
@@ -321,6 +328,9 @@ def stop_local_ray(grace_s: float = 20.0) -> None:
                 remove_with_holders(_LOCAL_TEMP_DIR)
                 _LOCAL_TEMP_DIR = None
     finally:
+        if _LOCAL_TEMP_GUARD is not None:
+            guard, _LOCAL_TEMP_GUARD = _LOCAL_TEMP_GUARD, None
+            guard.stop()
         # Only now: a signal held above meets the handler of start_local_ray (SIGTERM
         # unwinds, as Ctrl-C does), not Ray's nor the default one that kills silently.
         restore_handlers(_PREVIOUS_HANDLERS)

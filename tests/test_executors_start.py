@@ -74,3 +74,39 @@ def test_stop_kills_a_ray_process_that_outlives_shutdown() -> None:
         if straggler.poll() is None:
             straggler.kill()
             straggler.wait()
+
+
+def test_the_directory_of_a_killed_commands_ray_is_removed_by_its_guard() -> None:
+    pytest.importorskip("ray")
+    # A command killed outright (SIGKILL; or Ray ending its driver when the raylet died)
+    # runs no stop_local_ray: its guard removes the instance's directory once Ray's
+    # processes, which die with their driver, are gone.
+    code = (
+        "import sys, time\n"
+        "from sim import executors\n"
+        "executors.start_local_ray(1)\n"
+        "print(executors._LOCAL_TEMP_DIR, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    command = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert command.stdout is not None
+        directory = Path(command.stdout.readline().strip())
+        assert directory.name.startswith("beamer-ray-") and directory.is_dir()
+        command.send_signal(signal.SIGKILL)
+        command.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while directory.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not directory.exists()
+    finally:
+        if command.poll() is None:
+            command.kill()
+        command.communicate(timeout=60)

@@ -48,8 +48,8 @@ def _start(tmp_path: Path, *, test_holds_pipe: bool = False, owner_code: str = "
     run.owner_start_ticks = state.process_start_ticks(owner.pid) or 0
     run.add_process(member.pid, "switch-s1")
     process = subprocess.Popen(
-        [sys.executable, "-m", "bmv2_topos.guard", str(run.directory), str(owner.pid),
-         str(run.owner_start_ticks)],
+        [sys.executable, "-m", "bmv2_topos.guard", str(owner.pid), str(run.owner_start_ticks),
+         str(run.directory)],
         cwd=REPO, stdin=read_end, stderr=subprocess.PIPE,
     )  # fmt: skip
     os.close(read_end)
@@ -101,7 +101,7 @@ def test_an_owner_that_closes_the_pipe_alive_keeps_its_run(
     member = subprocess.Popen(SLEEPER)
     try:
         run.add_process(member.pid, "switch-s1")
-        handle = guard.RunGuard.start(run)
+        handle = guard.start_run_guard(run)
         time.sleep(0.5)
         assert handle.process.poll() is None  # the owner lives: the guard waits
         handle.stop()
@@ -151,3 +151,38 @@ def test_a_run_already_removed_is_left_as_it_is(tmp_path: Path, scenes: list[Sce
     code, stderr = _guard_output(scene)
     assert code == 0 and stderr == ""
     assert scene.member.poll() is None
+
+
+# --------------------------------------------------------------------- directories
+
+
+def test_a_dead_owners_directories_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    # The guard of a command's temporary directories (a private Ray instance's): removed
+    # when the command is killed, kept when it ends them itself.
+    killed, kept = tmp_path / "killed", tmp_path / "kept"
+    for directory in (killed, kept):
+        (directory / "session" / "logs").mkdir(parents=True)
+        (directory / "session" / "logs" / "raylet.out").write_text("log")
+    code = (
+        "import sys, time\n"
+        "from control.guard import directories_guarded\n"
+        "with directories_guarded(sys.argv[1]):\n"
+        "    if sys.argv[2] == 'die':\n"
+        "        print('guarded', flush=True)\n"
+        "        time.sleep(120)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code, str(killed), "die"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert owner.stdout is not None and owner.stdout.readline() == b"guarded\n"
+    owner.send_signal(signal.SIGKILL)
+    _, stderr = owner.communicate(timeout=30)  # the guard holds stderr until it is done
+    assert not killed.exists(), stderr
+    ended = subprocess.run(
+        [sys.executable, "-c", code, str(kept), "end"], cwd=REPO, capture_output=True, timeout=30
+    )
+    assert ended.returncode == 0, ended.stderr
+    assert kept.exists()  # the owner ended the block alive: the directory is its own

@@ -68,3 +68,30 @@ def test_no_run_directory_of_this_session_is_left() -> None:
         except (OSError, ValueError, KeyError):
             continue
     assert mine == []
+
+
+GUARD_MODULES = (b"control.guard", b"bmv2_topos.guard")
+
+
+def test_no_guard_of_a_finished_command_is_left() -> None:
+    """A guard exits when its owner ends its work, or once it removed what a dead owner
+    left (control.guard): none of this session's, nor of a dead owner, may run on."""
+    me = (os.getpid(), _my_start_ticks())
+    leftovers = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "cmdline"), "rb") as stream:
+                argv = stream.read().split(b"\0")
+        except OSError:
+            continue
+        if "-m" not in [a.decode(errors="replace") for a in argv]:
+            continue
+        index = argv.index(b"-m")
+        if index + 3 >= len(argv) or argv[index + 1] not in GUARD_MODULES:
+            continue
+        owner = (int(argv[index + 2]), int(argv[index + 3]))
+        if owner == me or state.process_start_ticks(owner[0]) != owner[1]:
+            leftovers.append((int(entry.name), argv[index + 1].decode()))
+    assert leftovers == []

@@ -43,6 +43,7 @@ from bmv2_topos.launcher import (
 from bmv2_topos.tcp_counters import counted_between, read_counters
 from control.errors import UserError
 from control.files import atomic_write_all_bytes, csv_bytes
+from control.guard import directories_guarded
 from control.model import Experiment, Workload
 from control.topology import Topology
 from tuner.contract import HostEndpoint, Pattern, TuneNetwork
@@ -272,6 +273,7 @@ def run_search(
     with (
         EmulatedNetwork.for_run(options, policy) as network,
         tempfile.TemporaryDirectory(prefix="beamer-tune-") as storage,
+        directories_guarded(storage),
     ):
         tune_network = TuneNetwork(
             hosts={
