@@ -15,6 +15,7 @@ stages. Ray is started once for all runs, on loopback, and removed at the end.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -63,6 +64,28 @@ ASSIGNMENT_TIMEOUT_S = 300.0
 """How long a started trial waits for the others before the search begins."""
 SEARCH_NAME = "beamer-search"
 """Ray Tune's name of every search (a directory in the search's own temporary storage)."""
+
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+
+def trial_error_line(error: BaseException) -> str:
+    """One line for a failed trial: its exception's type and first line. The text of
+    Ray's task error is the trial's whole traceback with colour codes; the exception
+    that ended the trial is its ``cause``, or else the traceback's last line."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):
+        error = cause
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    lines = [line.strip() for line in ANSI_ESCAPE.sub("", text).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if len(lines) > 1:  # a traceback: the exception is on its last such line
+        raised = [line for line in lines[1:] if _EXCEPTION_LINE.match(line)]
+        if raised:
+            return raised[-1]
+    return lines[0]
 
 
 def trial_cpus(trials: int) -> float:
@@ -363,7 +386,8 @@ def run_search(
             raise failure[0]
         if grid.errors:
             raise UserError(
-                f"tune: {len(grid.errors)} trial(s) failed; the first: {grid.errors[0]}"
+                f"tune: {len(grid.errors)} trial(s) failed; the first: "
+                f"{trial_error_line(grid.errors[0])}"
             )
         best = grid.get_best_result(metric=METRIC, mode=MODE, scope="all")
         timings = callback.stage_timings()
