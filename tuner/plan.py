@@ -29,6 +29,7 @@ from tuner.contract import Pattern
 from workloads.hp_tuning import sync_flows
 
 ID16_MAX = 0xFFFF
+"""Experiment, stage and trial ids travel in 16-bit tag fields."""
 
 MAX_SAMPLES = ID16_MAX + 1
 """Trials of one search at most (as many as a bracket has 16-bit trial ids)."""
@@ -69,9 +70,6 @@ def check_search(values: dict[str, object]) -> None:
     metric = values["metric"]
     if metric is not None and not isinstance(metric, str):
         raise UserError(f"metric={metric!r} is not a metric's name")
-
-
-"""Experiment, stage and trial ids travel in 16-bit tag fields."""
 
 
 @dataclass(frozen=True, slots=True)

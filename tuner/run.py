@@ -66,7 +66,7 @@ SEARCH_NAME = "beamer-search"
 """Ray Tune's name of every search (a directory in the search's own temporary storage)."""
 
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 
 
@@ -78,9 +78,7 @@ def trial_error_line(error: BaseException) -> str:
     if isinstance(cause, BaseException):
         error = cause
     text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    lines = [line.strip() for line in ANSI_ESCAPE.sub("", text).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
+    lines = [line.strip() for line in _ANSI_ESCAPE.sub("", text).splitlines() if line.strip()]
     if len(lines) > 1:  # a traceback: the exception is on its last such line
         raised = [line for line in lines[1:] if _EXCEPTION_LINE.match(line)]
         if raised:
