@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bmv2_topos.state import STATE_FILE, RunState, claim_run_id
-from control.guard import Guard, ignore_terminal_signals, wait_for_owner
+from control.guard import Guard, serve
 
 
 def start_run_guard(run: RunState) -> Guard:
@@ -27,9 +27,12 @@ def start_run_guard(run: RunState) -> Guard:
     return Guard.start("bmv2_topos.guard", [str(run.directory)])
 
 
-def guard(directory: Path, pid: int, start_ticks: int) -> int:
-    if wait_for_owner(pid, start_ticks) or not (directory / STATE_FILE).exists():
-        return 0  # the owner tore the run down, or left the rest to ``beamer clean``
+def tear_down_left_run(pid: int, arguments: list[str]) -> int:
+    """The run in ``arguments[0]`` of a dead owner, torn down from its state file (if the
+    file is gone, the owner tore it down before it died)."""
+    directory = Path(arguments[0])
+    if not (directory / STATE_FILE).exists():
+        return 0
     run_id = directory.name
     claim = claim_run_id(run_id)  # ``beamer clean`` leaves a claimed run alone
     try:
@@ -53,11 +56,5 @@ def guard(directory: Path, pid: int, start_ticks: int) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    ignore_terminal_signals()
-    pid, start_ticks, directory = int(argv[0]), int(argv[1]), Path(argv[2])
-    return guard(directory, pid, start_ticks)
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve(sys.argv[1:], tear_down_left_run))

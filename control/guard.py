@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 POLL_S = 1.0
@@ -144,10 +144,16 @@ def wait_for_owner(pid: int, start_ticks: int) -> bool:
             return False
 
 
-def ignore_terminal_signals() -> None:
-    """In a guard: the owner handles the terminal's signals; the guard outlives them."""
+def serve(argv: list[str], clean_up: Callable[[int, list[str]], int]) -> int:
+    """A guard's life, ``argv`` being ``OWNER_PID OWNER_START_TICKS *arguments``: outlive
+    the terminal's signals (the owner handles them), wait for the owner, and if it died
+    without saying it is over, return ``clean_up(owner_pid, arguments)``."""
     for number in (signal.SIGINT, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
+    pid, start_ticks = int(argv[0]), int(argv[1])
+    if wait_for_owner(pid, start_ticks):
+        return 0
+    return clean_up(pid, argv[2:])
 
 
 def remove_directories(directories: list[Path]) -> list[Path]:
@@ -162,12 +168,9 @@ def remove_directories(directories: list[Path]) -> list[Path]:
     return left
 
 
-def main(argv: list[str]) -> int:
-    ignore_terminal_signals()
-    pid, start_ticks, directories = int(argv[0]), int(argv[1]), [Path(a) for a in argv[2:]]
-    if wait_for_owner(pid, start_ticks):
-        return 0
-    present = [directory for directory in directories if directory.exists()]
+def _remove_left_directories(pid: int, arguments: list[str]) -> int:
+    """A dead owner's directories, removed."""
+    present = [Path(a) for a in arguments if Path(a).exists()]
     if not present:
         return 0
     left = remove_directories(present)
@@ -181,4 +184,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve(sys.argv[1:], _remove_left_directories))
