@@ -28,9 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 BEAMER = [sys.executable, "-m", "control.cli"]
 
 
-def _beamer(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def _beamer(
+    *args: str, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*BEAMER, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO
+        [*BEAMER, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO, env=env
     )
 
 
@@ -165,14 +167,7 @@ def test_a_ray_that_fails_on_import_is_refused_before_anything_starts(
     """Installed but broken: found by importlib, yet ``import ray`` raises."""
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "__init__.py").write_text('raise ImportError("broken ray")\n')
-    result = subprocess.run(
-        [*BEAMER, "tune", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
+    result = _beamer("tune", *args, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     _refused_in_one_line(result, "beamer tune needs Ray: install the project's ray extra")
     assert "broken ray" in result.stderr
     assert "--executor" not in result.stderr
@@ -200,14 +195,10 @@ def test_bmv2_without_simple_switch_grpc_is_refused_before_ray_starts(
     bmv2_json, p4info = beamer_artifacts
     out = tmp_path / "new" / "out"
     bmv2 = ["--target", "bmv2", "--bmv2-json", str(bmv2_json), "--p4info", str(p4info)]
-    result = subprocess.run(
-        [*BEAMER, "tune", "--trials", "2", "--max-t", "1", *bmv2, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
+    result = _beamer(
+        "tune", "--trials", "2", "--max-t", "1", *bmv2, "--out", str(out),
         env={**os.environ, "PATH": str(tools)},
-    )
+    )  # fmt: skip
     _refused_in_one_line(result, "--target bmv2: simple_switch_grpc is not on PATH")
     assert not (tmp_path / "new").exists()
 
