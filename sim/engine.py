@@ -364,6 +364,7 @@ class Simulation:
             coflows=self._coflow_states(uids, self._remaining_by_port(uids, rows)),
             experiments=self._experiments_view(),
             num_classes=self.config.num_classes,
+            class_strategy=self.config.strategy,
         )
 
     def _coflow_state(self, uid: int, remaining_by_port: np.ndarray) -> CoflowState:

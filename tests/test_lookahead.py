@@ -680,3 +680,24 @@ def test_a_background_lookahead_searches_again_when_a_stage_ends() -> None:
                 assert not policy.pending and policy.order == (1,)
         finally:
             policy.close()
+
+
+@pytest.mark.parametrize("strategy", ["equal-demand", "exponential"])
+def test_the_search_simulates_its_candidates_with_the_runs_class_mapping(
+    strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sim.engine
+
+    run = sim.engine.simulate
+    inner: list[SimConfig] = []
+
+    def recording(workload: Workload, policy: object, config: SimConfig | None = None) -> object:
+        assert config is not None
+        inner.append(config)
+        return run(workload, policy, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim.engine, "simulate", recording)
+    config = SimConfig(num_classes=2, strategy=strategy)  # type: ignore[arg-type]
+    run(released_at_once(1), LookaheadPolicy(), config)
+    assert inner
+    assert {(c.num_classes, c.strategy) for c in inner} == {(2, strategy)}

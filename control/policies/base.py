@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from control.model import CoflowKey, Experiment, StageKey
+
+if TYPE_CHECKING:
+    from control.quantize import Strategy  # quantize imports this module
 
 Allocator = Literal["priority", "madd", "greedy"]
 
@@ -63,6 +66,9 @@ class Snapshot:
     num_classes: int | None = None
     """Priority classes the ranking will be mapped onto (None: one per group). Most
     policies ignore it; a policy may rank differently when classes are scarce."""
+    class_strategy: Strategy = "rank"
+    """How the groups are mapped onto those classes (:mod:`control.quantize`): a policy
+    that simulates its candidates must map them as the run does."""
 
 
 @dataclass(frozen=True, slots=True)

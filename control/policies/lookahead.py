@@ -40,6 +40,7 @@ from control.policies.beamer import chosen_beamer
 from control.policies.knobs import Knob, check_knobs
 from control.policies.sincronia import SincroniaPolicy
 from control.policies.static_order import StaticOrderPolicy, neighbours
+from control.quantize import Strategy
 
 Order = tuple[int, ...]
 
@@ -211,6 +212,8 @@ class SearchJob:
     rng_state: object
     finished_sct_s: tuple[float, ...] = ()
     """The largest SCTs of the stages finished so far (for the run-tail term)."""
+    class_strategy: Strategy = "rank"
+    """How the run maps groups onto its ``num_classes``: the candidates are simulated so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +236,7 @@ def search(job: SearchJob) -> SearchResult:
         current = tuple(e for e in job.order if e not in job.new)
         return SearchResult((*current, *job.new), rng.getstate(), 0)
     settings = job.settings
-    config = SimConfig(num_classes=job.num_classes)
+    config = SimConfig(num_classes=job.num_classes, strategy=job.class_strategy)
     scores: dict[Order, float] = {}
     reference: Mapping[StageKey, float] | None = None
     if settings.guard_weight > 0.0 or settings.sincronia_rival:
@@ -450,6 +453,7 @@ class LookaheadPolicy(BasePolicy):
             self.settings,
             self._rng.getstate(),
             self.finished_sct_s,
+            snapshot.class_strategy,
         )
 
     def _took(self, result: SearchResult) -> Order:
