@@ -84,7 +84,11 @@ def shortened(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every command's module: a second or so
+    except KeyboardInterrupt:
+        print("beamer: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     args = parser.parse_args(argv)
     stdout = sys.stdout
     sys.stdout = cast(TextIO, CheckedOutput(stdout))

@@ -259,6 +259,11 @@ def end_with(parent_pid: int) -> None:
         os._exit(1)
 
 
+FAILED_START_GRACE_S = 2.0
+"""How long the processes of a Ray start that failed or was interrupted get to exit
+before they are killed (a finished instance's get :func:`stop_local_ray`'s default)."""
+
+
 def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
     """Start a private Ray instance with ``num_cpus`` CPUs, listening on loopback only.
 
@@ -295,7 +300,10 @@ def start_local_ray(num_cpus: int, attempts: int = 2) -> None:
             unwind_on_termination()
             return
         except BaseException as error:
-            stop_local_ray()  # what did start, and the directory
+            # What did start, and the directory. A start cut short (Ctrl-C, or Ray's own
+            # timeout) leaves processes that shutdown() does not know and that would
+            # never exit on their own: they get a short grace, not a finished run's.
+            stop_local_ray(grace_s=FAILED_START_GRACE_S)
             if attempt == attempts or not isinstance(error, Exception):
                 raise
             line = f"{type(error).__name__}: {error}".splitlines()[0]

@@ -53,3 +53,27 @@ def test_an_error_that_quotes_control_characters_stays_one_visible_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err
     assert "two\\x0alines\\x1b[2J.txt" in err
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line_and_status_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parser imports every command's module, a second or so at start: a Ctrl-C
+    then is the same one line as later, not a traceback from the import machinery."""
+    import importlib
+
+    load = importlib.import_module
+
+    def interrupted(name: str, package: str | None = None) -> object:
+        if name == "tuner.cli":
+            raise KeyboardInterrupt
+        return load(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    try:
+        status = main(["simulate", "--help"])
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C escaped the command")
+    assert status == 130
+    captured = capsys.readouterr()
+    assert captured.err == "beamer: interrupted\n" and captured.out == ""

@@ -58,6 +58,47 @@ def test_a_start_that_fails_once_is_cleaned_up_and_tried_again(
     assert not Path(directories[1]).exists()
 
 
+def test_a_start_cut_short_by_ctrl_c_kills_what_it_began_after_a_short_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C while Ray starts: its half-started processes would never exit by
+    themselves, so the wait for them is the failed start's grace, not a run's."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    from sim import executors
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    stragglers: list[subprocess.Popen[bytes]] = []
+    directories: list[str] = []
+
+    def interrupted(**kwargs: Any) -> None:
+        directories.append(kwargs["_temp_dir"])
+        stragglers.append(subprocess.Popen([sys.executable, "-c", code, "raylet"]))
+        time.sleep(0.3)  # running, with its command line in place
+        raise KeyboardInterrupt
+
+    graces: list[float] = []
+    kill_lingering = executors._kill_lingering
+
+    def recording(pids: set[int], grace_s: float, **kwargs: Any) -> None:
+        graces.append(grace_s)
+        kill_lingering(pids, grace_s, **kwargs)
+
+    monkeypatch.setattr(ray, "init", interrupted)
+    monkeypatch.setattr(executors, "_kill_lingering", recording)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executors.start_local_ray(2)
+        assert stragglers[0].wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for straggler in stragglers:
+            if straggler.poll() is None:
+                straggler.kill()
+                straggler.wait()
+    assert graces[0] == executors.FAILED_START_GRACE_S < 5.0
+    assert len(directories) == 1 and not Path(directories[0]).exists()
+
+
 def test_stop_kills_a_ray_process_that_outlives_shutdown() -> None:
     pytest.importorskip("ray")
     from sim.executors import stop_local_ray
