@@ -369,6 +369,32 @@ def test_default_entry_modify_read_and_reset(target: Target) -> None:
     assert entry.table_entry.action.action.action_id == DROP  # the program's default
 
 
+@pytest.mark.parametrize(
+    "atomicity",
+    [p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR, p4runtime_pb2.WriteRequest.ROLLBACK_ON_ERROR],
+)
+def test_a_refused_default_entry_modify_changes_nothing(target: Target, atomicity: int) -> None:
+    """A valid action with a negative counter value: refused, and the default action
+    stays the program's (it used to be set before the counter was checked)."""
+    (before,) = read(target.stub, table_read(CLASS_TABLE, is_default_action=True))
+    assert before.table_entry.action.action.action_id != SET_CLASS
+    default = p4runtime_pb2.TableEntry(table_id=CLASS_TABLE, is_default_action=True)
+    default.action.action.action_id = SET_CLASS
+    default.action.action.params.add(param_id=1, value=b"\x04")
+    default.counter_data.byte_count = -5
+    with pytest.raises(grpc.RpcError) as caught:
+        write(target.stub, (Update.MODIFY, default), atomicity=atomicity)
+    (error,) = write_error_details(caught.value)
+    assert error.canonical_code == code_pb2.INVALID_ARGUMENT
+    assert "negative" in error.message
+    (after,) = read(target.stub, table_read(CLASS_TABLE, is_default_action=True))
+    assert after == before
+    default.counter_data.byte_count = 5  # the same update, valid: taken
+    write(target.stub, (Update.MODIFY, default), atomicity=atomicity)
+    (taken,) = read(target.stub, table_read(CLASS_TABLE, is_default_action=True))
+    assert taken.table_entry.action.action.action_id == SET_CLASS
+
+
 def test_default_entry_rules(target: Target) -> None:
     default = p4runtime_pb2.TableEntry(table_id=LPM_TABLE, is_default_action=True)
     default.action.action.action_id = DROP

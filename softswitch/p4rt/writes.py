@@ -226,18 +226,21 @@ def _write_default_entry(
         raise invalid("the default entry takes no match and no priority")
     if table.const_default_action_id:
         raise permission_denied(f"table '{table.name}' has a const default action")
+    # Everything that can be refused is checked before anything changes.
+    action = (
+        parse_action(active.index, table, entry, default_entry=True) if entry.has_action else None
+    )
+    counter = _counter_of(entry.counter) if entry.counter is not None else None
     runtime = active.runtime
     with runtime.lock:
         state = runtime.table(table.table_id)
         before = (state.default_action, _copy(state.default_counter))
-        if entry.has_action:
-            state.set_default_action(parse_action(active.index, table, entry, default_entry=True))
-        else:
-            # An unset action restores the program's default and resets its resources.
-            state.set_default_action(None)
+        # An unset action restores the program's default and resets its resources.
+        state.set_default_action(action)
+        if action is None:
             state.default_counter = CounterData()
-        if entry.counter is not None:
-            state.default_counter = _counter_of(entry.counter)
+        if counter is not None:
+            state.default_counter = counter
 
     def undo() -> None:
         state.default_action, state.default_counter = before
