@@ -131,6 +131,43 @@ def test_truncated_updates_decode_as_protobuf_reads_them_or_not_at_all() -> None
             assert decoded == (parsed.type, table_entry_data(parsed.entity.table_entry))
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _as_protobuf_reads_it(data: bytes) -> None:
+    """The fast decoder gives what protobuf parses, or nothing where protobuf refuses."""
+    decoded = decode_table_update(data)
+    try:
+        parsed = p4runtime_pb2.Update.FromString(data)
+    except DecodeError:
+        assert decoded is None
+        return
+    if decoded is not None:
+        assert decoded == (parsed.type, table_entry_data(parsed.entity.table_entry))
+
+
+@pytest.mark.parametrize("size", range(120, 132))
+def test_a_length_byte_of_0x80_or_more_is_not_read_as_a_one_byte_length(size: int) -> None:
+    """A single byte of 0x80 and above starts a longer varint: the inline reads of an
+    update's and an exact match's lengths must not take it for the length itself."""
+    entry = p4runtime_pb2.TableEntry(table_id=7, metadata=b"m" * (size - 4)).SerializeToString()
+    assert len(entry) == size
+    # An update whose two lengths are written as single bytes, whatever their size.
+    _as_protobuf_reads_it(bytes([0x08, 0x01, 0x12, (size + 2) & 0xFF, 0x12, size]) + entry)
+    # An exact match whose message length is written as one byte.
+    value = b"v" * (size - 2)
+    match = bytes([0x08, 0x01, 0x12, size & 0xFF, 0x0A, (size - 2) & 0xFF]) + value
+    table_entry = b"\x08\x07" + b"\x12" + _varint(len(match)) + match
+    entity = b"\x12" + _varint(len(table_entry)) + table_entry
+    _as_protobuf_reads_it(b"\x08\x01" + b"\x12" + _varint(len(entity)) + entity)
+
+
 def test_write_request_header_and_updates_are_split() -> None:
     request = p4runtime_pb2.WriteRequest(device_id=9, role="r", atomicity=1)
     request.election_id.high, request.election_id.low = 2, 3

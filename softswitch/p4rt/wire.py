@@ -354,6 +354,7 @@ def _decode_table_update(buf: bytes) -> tuple[int, TableEntryData]:
         and buf[3] == end - 4
         and buf[4] == 0x12
         and buf[5] == end - 6
+        and end - 4 < 0x80  # one-byte lengths: 0x80 and above start a longer varint
     ):
         return buf[1], _decode_table_entry(buf, 6, end)
     update_type = 0
@@ -451,8 +452,13 @@ _MATCH_KINDS = {2: "exact", 3: "ternary", 4: "lpm", 6: "range", 7: "optional"}
 def _decode_field_match(buf: bytes, pos: int, end: int) -> MatchData:
     # The common shape, ``field_id`` then an exact value of < 126 bytes, is read inline.
     if end - pos >= 5 and buf[pos] == 0x08 and buf[pos + 1] < 0x80 and buf[pos + 2] == 0x12:
-        length = buf[pos + 3]
-        if buf[pos + 4] == 0x0A and length == buf[pos + 5] + 2 and pos + 4 + length == end:
+        length = buf[pos + 3]  # below 0x80 (then so is the value's): a one-byte varint
+        if (
+            length < 0x80
+            and buf[pos + 4] == 0x0A
+            and length == buf[pos + 5] + 2
+            and pos + 4 + length == end
+        ):
             return MatchData(buf[pos + 1], "exact", buf[pos + 6 : end])
     match = MatchData(0, None)
     seen_kind = False
