@@ -74,6 +74,10 @@ positive, and bounded so that the policies' weight arithmetic (ratios and differ
 of weights and byte counts) stays finite; weights of 1e308 overflowed to infinity, and
 infinity minus infinity left the Beamer ranking without an order."""
 
+MAX_KIND_CHARS = 64
+"""The longest experiment ``kind`` (a tuner's name: ``sha``, ``hyperband``), wherever it
+is read: the controller keeps it, and journals it, for every experiment it is told of."""
+
 
 @dataclass(frozen=True, slots=True)
 class Experiment:

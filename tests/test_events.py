@@ -147,6 +147,10 @@ def _plan_with(mutate: Any) -> dict[str, Any]:
         (lambda p: p.update(weight=10**400), r"weight: an integer of 401 digits is out of range"),
         (lambda p: p.update(arrival_s=-1), r"experiment.arrival_s: -1 is out of range 0\.\."),
         (
+            lambda p: p.update(kind="k" * 4_000_000),
+            r"experiment.kind: 4,000,000 characters, more than 64",
+        ),
+        (
             lambda p: p["stages"][0]["trials"][0].update(compute_s=float("-inf")),
             r"trials\[0\].compute_s: -Infinity is out of range",
         ),

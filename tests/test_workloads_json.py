@@ -234,6 +234,7 @@ def test_hostile_workload_files_are_one_line_errors(
         ('"weight": 1.0', '"weight": 1e308', "$.experiments[0].weight: 1e+308 is above the limit"),
         ('"weight": 1.0', '"weight": 1000001', "weight: 1000001 is above the limit of 1e+06"),
         ('"weight": 1.0', '"weight": 5e-324', "weight: 5e-324 is below the limit of 1e-06"),
+        ('"kind": "sha"', f'"kind": "{"k" * 65}"', "$.experiments[0].kind: 65 characters, more"),
     ],
 )
 def test_absurd_values_are_refused_with_their_limit(
