@@ -499,3 +499,31 @@ def test_stream_places_admit_a_few_more_to_wait_and_never_displace_a_primary() -
     assert backup.closed and not primary.closed and arbitrator.is_primary(primary)
     assert places.enter(ClientStream())  # the displaced stream no longer counts
     assert places.make_room(primary, None, arbitrator) is None  # has a place: nothing to do
+
+
+def test_named_roles_hold_only_their_share_of_the_stream_places() -> None:
+    """A client that names a role no one uses is its primary, and a primary is never
+    displaced: the named roles together hold only part of the places."""
+    from softswitch.p4rt.places import StreamPlaces
+
+    places = StreamPlaces(limit=4, spare=1, default_places=2)
+    arbitrator = Arbitrator(DEVICE_ID)
+    primary, backup, third = ClientStream(), ClientStream(), ClientStream()
+    for stream, role, election in ((primary, "r0", 5), (backup, "r0", 1)):
+        assert places.enter(stream)
+        assert places.make_room(stream, election, arbitrator, role) is None
+        arbitrator.arbitrate(stream, _arbitration(role, election))
+    assert arbitrator.is_primary(primary) and not arbitrator.is_primary(backup)
+    # A third named stream has a place, but the named share is taken: it must displace a
+    # named backup below its id, or go.
+    assert places.enter(third)
+    refused = places.make_room(third, 1, arbitrator, "r1")
+    assert refused is not None and refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "named roles" in str(refused) and not backup.closed
+    assert places.make_room(third, 2, arbitrator, "r1") is None  # above the backup's 1
+    assert backup.closed and not primary.closed
+    places.leave(backup)
+    # The default role's places are its own: a controller with any id gets one.
+    controller = ClientStream()
+    assert places.enter(controller)
+    assert places.make_room(controller, 1, arbitrator) is None

@@ -195,6 +195,32 @@ def test_a_controller_takes_its_switch_though_tools_hold_every_stream_place(
     assert not any(tool.done.is_set() for tool in tools[1:])
 
 
+def test_a_controller_takes_its_switch_though_named_roles_hold_every_stream_place(
+    served: Served,
+) -> None:
+    """Sixteen clients each naming a role of its own are each its primary, whatever their
+    election id, and a primary is never displaced: they must not lock the controller (the
+    default role) out either."""
+    served.primary.close()
+    named = [served.session() for _ in range(service.MAX_STREAMS)]
+    held = service.MAX_STREAMS - service.DEFAULT_ROLE_PLACES
+    for number, session in enumerate(named):  # one after the other: the first ones stay
+        session.arbitrate(DEVICE_ID, (0, 1), role=f"r{number}")
+        if number < held:
+            assert session.next().arbitration.status.code == code_pb2.OK  # its primary
+        else:
+            error = final_error(session, 2.0)
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "named roles" in (error.details() or "")
+    controller = P4RuntimeClient(served.server.addr, DEVICE_ID, 2 << 64)
+    try:
+        assert controller.connect() is True
+        controller.write([class_update(5)])
+    finally:
+        controller.close()
+    assert not any(session.done.is_set() for session in named[:held])
+
+
 def test_a_stream_that_does_not_arbitrate_in_time_is_ended_and_frees_its_slot(
     served: Served,
 ) -> None:

@@ -75,6 +75,10 @@ READ_CHUNK_ENTITIES = 1000
 # id (see ``places``); past those a new stream is refused.
 MAX_STREAMS = 16
 SPARE_STREAMS = 4
+# Of those places, streams of named roles hold at most MAX_STREAMS - DEFAULT_ROLE_PLACES:
+# a named role's client is its primary whatever its election id, and a primary is never
+# displaced, so without this, sixteen of them would lock the controller out.
+DEFAULT_ROLE_PLACES = 4
 
 # A stream must arbitrate this soon after it opens, or it is ended: a connection that
 # only holds a stream open must not keep a slot from a controller.
@@ -195,7 +199,7 @@ class P4RuntimeServicer:
         self.state_lock = threading.Lock()
         self.arbitration_timeout_s = arbitration_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._stream_places = StreamPlaces(MAX_STREAMS, SPARE_STREAMS)
+        self._stream_places = StreamPlaces(MAX_STREAMS, SPARE_STREAMS, DEFAULT_ROLE_PLACES)
         self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
         self._verifications = Permits(MAX_VERIFICATIONS, "pipeline configs being verified")
 
@@ -558,7 +562,9 @@ class P4RuntimeServicer:
                     if update.HasField("election_id")
                     else None
                 )
-                refusal = self._stream_places.make_room(stream, election_id, self.arbitrator)
+                refusal = self._stream_places.make_room(
+                    stream, election_id, self.arbitrator, update.role.name
+                )
                 if refusal is not None:
                     return refusal
             try:
