@@ -441,6 +441,11 @@ TRUNCATED = b"\x0a\x05\x01"
 def test_a_request_that_does_not_parse_is_invalid_argument(
     served: Served, method: str, data: bytes
 ) -> None:
+    if len(data) > service.MAX_SMALL_REQUEST_BYTES and method in (
+        "GetForwardingPipelineConfig",
+        "Capabilities",
+    ):
+        data = STREAM_NESTED  # past the size limit it would not be parsed at all
     channel = served.channel()
     if method == "Read":
         call = channel.unary_stream(f"/p4.v1.P4Runtime/{method}")
@@ -451,6 +456,37 @@ def test_a_request_that_does_not_parse_is_invalid_argument(
             channel.unary_unary(f"/p4.v1.P4Runtime/{method}")(data, timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "cannot be parsed" in (caught.value.details() or "")
+    write(served, class_update(5))
+
+
+@pytest.mark.parametrize(
+    ("method", "limit"),
+    [
+        ("Capabilities", service.MAX_SMALL_REQUEST_BYTES),
+        ("GetForwardingPipelineConfig", service.MAX_SMALL_REQUEST_BYTES),
+        ("Read", service.MAX_READ_REQUEST_BYTES),
+    ],
+)
+def test_a_request_larger_than_its_kind_needs_is_refused_unparsed(
+    served: Served, method: str, limit: int
+) -> None:
+    """Unknown fields (varint field 1 of 0, two bytes each): protobuf would parse them for
+    seconds a megabyte on a worker thread, holding it from the primary's writes."""
+    device = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID).SerializeToString()
+    channel = served.channel()
+
+    def call(data: bytes) -> object:
+        if method == "Read":
+            return list(channel.unary_stream(f"/p4.v1.P4Runtime/{method}")(data, timeout=10))
+        return channel.unary_unary(f"/p4.v1.P4Runtime/{method}")(data, timeout=10)
+
+    padding = b"\x18\x00" if method == "Capabilities" else b"\x78\x00"  # an unknown field
+    at_limit = device + padding * ((limit - len(device)) // 2)
+    call(at_limit)  # unknown fields are skipped: answered
+    with pytest.raises(grpc.RpcError) as caught:
+        call(at_limit + padding)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"at most {limit:,} are read" in (caught.value.details() or "")
     write(served, class_update(5))
 
 
@@ -728,7 +764,8 @@ def test_reads_whose_replies_are_not_taken_give_their_slots_back(
     served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Clients that start Reads and never take the replies must not keep every other
-    client, the controller among them, from reading."""
+    client from reading for longer than the reply timeout, nor the controller (the
+    primary) at all."""
     # Long enough that the held Reads keep their slots until the refusal below, also
     # on a loaded machine (the first must not time out while the last is started).
     monkeypatch.setattr(service, "READ_REPLY_TIMEOUT_S", 12.0)
@@ -739,13 +776,20 @@ def test_reads_whose_replies_are_not_taken_give_their_slots_back(
         replies = stub.Read(wildcard_read(8000), timeout=60)
         next(replies)  # the first reply only
         held.append(replies)
+    other = p4runtime_pb2_grpc.P4RuntimeStub(served.channel())
     with pytest.raises(grpc.RpcError) as caught:
-        list(served.stub.Read(wildcard_read(1), timeout=5))
+        list(other.Read(wildcard_read(1), timeout=5))
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The primary's connection has a slot of its own.
+    for _ in range(3):
+        primary_read = [
+            e for r in served.stub.Read(wildcard_read(1), timeout=5) for e in r.entities
+        ]
+        assert len(primary_read) == 16
     deadline = time.monotonic() + 20
     while True:
         try:
-            read = [e for r in served.stub.Read(wildcard_read(1), timeout=5) for e in r.entities]
+            read = [e for r in other.Read(wildcard_read(1), timeout=5) for e in r.entities]
             break
         except grpc.RpcError as error:
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -300,6 +300,14 @@ class Arbitrator:
             assert group is not None
             return group.term
 
+    def is_primary_connection(self, peer: str | None, role: str = "") -> bool:
+        """Whether a unary request came over the connection of ``role``'s primary (see
+        :func:`same_connection`: on a Unix socket, every request did)."""
+        with self._lock:
+            group = self._groups.get(role)
+            primary = group.primary if group is not None else None
+            return primary is not None and same_connection(peer, primary.peer)
+
     def is_term(self, role: str, term: int) -> bool:
         """Whether the primary of ``role`` is still the one of ``term``."""
         with self._lock:

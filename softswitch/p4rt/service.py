@@ -94,6 +94,10 @@ READ_REPLY_TIMEOUT_S = 60.0
 # Reads served at once. A client that takes its reply slowly holds the reply's bytes
 # until it has it all; past this a Read is refused.
 MAX_READS = 4
+# One more for a Read on the connection of the default role's primary (the controller):
+# any client may start Reads and leave their replies untaken, and without it four such
+# clients kept the controller from reading (it could not provision its switch).
+PRIMARY_READS = 1
 
 # A refused packet-out is echoed back with at most this much of its payload, and at most
 # this many of its metadata (a P4Info names a handful for packet-out).
@@ -106,6 +110,16 @@ ECHO_METADATA = 16
 # event loop, every RPC's, and pure-Python protobuf takes ~10 ms for 16 KiB of tiny
 # fields: a 6 MB message of a million empty metadata used to hold every RPC for 22 s.
 MAX_STREAM_MESSAGE_BYTES = 16 * 1024
+
+# The largest CapabilitiesRequest or GetForwardingPipelineConfigRequest read; a longer
+# one is refused unparsed. Both hold a device id and an enum at most (a few bytes), and
+# pure-Python protobuf parses ~1.6 s a MB on a worker thread: eight 16 MB requests of
+# unknown fields used to hold every worker, and the primary's writes, for minutes.
+MAX_SMALL_REQUEST_BYTES = 64 * 1024
+
+# The largest ReadRequest read. Far above a read of 100,000 entries by key (~3 MB), and
+# gRPC's own default for a message; a ReadRequest is parsed holding a read slot.
+MAX_READ_REQUEST_BYTES = 4 * 1024 * 1024
 
 # Updates one WriteRequest may hold; more is refused before any is decoded. Above the
 # 100,000-entry batches clients send (the controller sends 1,000), and a bound on what
@@ -127,20 +141,29 @@ _Reply = TypeVar("_Reply")
 
 
 class Slots:
-    """At most ``limit`` RPCs of one kind at once; one more is refused, not queued."""
+    """At most ``limit`` RPCs of one kind at once, and ``reserved`` more for privileged
+    callers once those are taken; one more is refused, not queued."""
 
-    def __init__(self, limit: int, what: str, advice: str) -> None:
+    def __init__(self, limit: int, what: str, advice: str, reserved: int = 0) -> None:
         self._free = threading.BoundedSemaphore(limit)
+        self._reserved = threading.BoundedSemaphore(reserved) if reserved else None
         self._refusal = f"too many {what} (limit {limit}); {advice}"
 
-    async def take(self, context: aio.ServicerContext) -> Callable[[], None]:
+    async def take(
+        self, context: aio.ServicerContext, privileged: bool = False
+    ) -> Callable[[], None]:
         """A slot until the RPC is over, RESOURCE_EXHAUSTED if none is free. Over means
         the client has taken every reply or the call was cut off: gRPC buffers replies
         the client has not read, and a slot held only while they are written would let
         any number of unread replies pile up in memory. Returns what gives the slot back
         sooner (once, whichever comes first)."""
-        if not self._free.acquire(blocking=False):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+        semaphore = self._free
+        if not semaphore.acquire(blocking=False):
+            reserved = self._reserved if privileged else None
+            if reserved is None or not reserved.acquire(blocking=False):
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._refusal)
+            assert reserved is not None
+            semaphore = reserved
         held = [True]
         lock = threading.Lock()
 
@@ -149,7 +172,7 @@ class Slots:
                 if not held[0]:
                     return
                 held[0] = False
-            self._free.release()
+            semaphore.release()
 
         context.add_done_callback(lambda _: release())
         return release
@@ -200,7 +223,7 @@ class P4RuntimeServicer:
         self.arbitration_timeout_s = arbitration_timeout_s
         self.request_timeout_s = request_timeout_s
         self._stream_places = StreamPlaces(MAX_STREAMS, SPARE_STREAMS, DEFAULT_ROLE_PLACES)
-        self._read_slots = Slots(MAX_READS, "Reads in progress", "try again")
+        self._read_slots = Slots(MAX_READS, "Reads in progress", "try again", PRIMARY_READS)
         self._verifications = Permits(MAX_VERIFICATIONS, "pipeline configs being verified")
 
     # ------------------------------------------------------------------ Write
@@ -283,7 +306,13 @@ class P4RuntimeServicer:
         The entities are gathered on a worker thread under the state lock; the replies go
         out from the event loop, at the pace the client takes them."""
         data = await one_request(context, self.request_timeout_s)
-        release_slot = await self._read_slots.take(context)
+        if len(data) > MAX_READ_REQUEST_BYTES:
+            await context.abort(
+                *_oversized(p4runtime_pb2.ReadRequest, data, MAX_READ_REQUEST_BYTES)
+            )
+        release_slot = await self._read_slots.take(
+            context, privileged=self.arbitrator.is_primary_connection(context.peer())
+        )
 
         def gather(blocking: RpcContext) -> tuple[list[bytes], Aborted | None]:
             request = parse_or_abort(p4runtime_pb2.ReadRequest, data, blocking)
@@ -729,15 +758,26 @@ def _unary(
     )
 
 
+def _oversized(message_type: type[Message], data: bytes, limit: int) -> tuple[grpc.StatusCode, str]:
+    return (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"a {message_type.DESCRIPTOR.name} of {len(data):,} bytes: at most {limit:,} are read",
+    )
+
+
 def _parsed(
     message_type: type[_Request],
     method: Callable[[_Request, RpcContext], _Reply],
     check: Callable[[bytes, RpcContext], None] | None = None,
+    max_bytes: int | None = None,
 ) -> Callable[[bytes, RpcContext], _Reply]:
     """``method`` taking a request's raw bytes (see :func:`parse_or_abort`), after
-    ``check`` of those bytes (which ends the RPC to refuse it)."""
+    ``check`` of those bytes (which ends the RPC to refuse it); past ``max_bytes`` the
+    request is refused unparsed."""
 
     def handler(data: bytes, context: RpcContext) -> _Reply:
+        if max_bytes is not None and len(data) > max_bytes:
+            context.abort(*_oversized(message_type, data, max_bytes))
         if check is not None:
             check(data, context)
         return method(parse_or_abort(message_type, data, context), context)
@@ -772,7 +812,11 @@ def add_to_server(servicer: P4RuntimeServicer, server: aio.Server, executor: Exe
         "GetForwardingPipelineConfig": _unary(
             servicer,
             executor,
-            _parsed(pb.GetForwardingPipelineConfigRequest, servicer.GetForwardingPipelineConfig),
+            _parsed(
+                pb.GetForwardingPipelineConfigRequest,
+                servicer.GetForwardingPipelineConfig,
+                max_bytes=MAX_SMALL_REQUEST_BYTES,
+            ),
             pb.GetForwardingPipelineConfigResponse,
         ),
         "StreamChannel": grpc.stream_stream_rpc_method_handler(
@@ -783,7 +827,9 @@ def add_to_server(servicer: P4RuntimeServicer, server: aio.Server, executor: Exe
         "Capabilities": _unary(
             servicer,
             executor,
-            _parsed(pb.CapabilitiesRequest, servicer.Capabilities),
+            _parsed(
+                pb.CapabilitiesRequest, servicer.Capabilities, max_bytes=MAX_SMALL_REQUEST_BYTES
+            ),
             pb.CapabilitiesResponse,
         ),
     }
