@@ -4,6 +4,7 @@ primary controller keeps writing throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -488,6 +489,58 @@ def test_a_request_larger_than_its_kind_needs_is_refused_unparsed(
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert f"at most {limit:,} are read" in (caught.value.details() or "")
     write(served, class_update(5))
+
+
+def test_streams_flooding_costly_messages_do_not_hold_up_the_primarys_writes(
+    served: Served,
+) -> None:
+    """Packet-outs of thousands of empty metadata, each just under the stream message
+    limit: ~10 ms of parsing apiece on the loop that serves every RPC. Eight backups
+    sending them back to back used to make the primary's writes miss a 5 s deadline."""
+    packet = p4runtime_pb2.PacketOut()
+    while packet.ByteSize() < service.MAX_STREAM_MESSAGE_BYTES - 16:
+        packet.metadata.add()
+    costly = p4runtime_pb2.StreamMessageRequest(packet=packet).SerializeToString()
+    assert len(costly) <= service.MAX_STREAM_MESSAGE_BYTES
+    backup = p4runtime_pb2.StreamMessageRequest(
+        arbitration=p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID)  # no id
+    ).SerializeToString()
+    stop = threading.Event()
+    sent = [0]
+    calls = []
+
+    def messages() -> Iterator[bytes]:  # wire bytes: the client spends no time on them
+        yield backup
+        while not stop.is_set():
+            sent[0] += 1
+            yield costly
+
+    def take_replies(call: Iterator[bytes]) -> None:
+        with contextlib.suppress(grpc.RpcError):
+            for _ in call:  # the refusals of the packets
+                pass
+
+    takers = []
+    for _ in range(8):
+        call = served.channel().stream_stream("/p4.v1.P4Runtime/StreamChannel")(messages())
+        calls.append(call)
+        takers.append(threading.Thread(target=take_replies, args=(call,), daemon=True))
+        takers[-1].start()
+    try:
+        time.sleep(1.0)
+        for _ in range(4):
+            update = class_update(1)
+            write(served, update)  # a 5 s deadline each
+            update.type = Update.DELETE
+            write(served, update)
+            time.sleep(0.1)
+        assert sent[0] > 100  # the flood was on
+    finally:
+        stop.set()
+        for call in calls:
+            call.cancel()
+        for taker in takers:
+            taker.join(timeout=10)
 
 
 @pytest.mark.parametrize("data", [STREAM_NESTED, TRUNCATED], ids=["nested", "truncated"])
@@ -1171,3 +1224,16 @@ def test_a_p4info_of_another_config_is_refused_before_the_compile(
     monkeypatch.setattr(frontend_program, "parse_and_lower", no_compile)
     with pytest.raises(CompileError, match="P4Info does not belong"):
         CompiledProgram.from_device_config(config, other)
+
+
+def test_a_streams_loop_share_pauses_it_by_what_it_took_over() -> None:
+    from softswitch.p4rt import pacing
+
+    clock = [100.0]
+    share = pacing.LoopShare(share=0.02, burst_s=0.05, clock=lambda: clock[0])
+    assert share.pause_after(0.04) == 0.0  # within the burst
+    assert share.pause_after(0.02) == pytest.approx(0.01 / 0.02)  # 10 ms over: 0.5 s
+    clock[0] += 0.5  # the pause: paid back down to the burst
+    assert share.pause_after(0.0) == 0.0
+    clock[0] += 10.0  # a quiet stream owes nothing
+    assert share.pause_after(0.05) == 0.0

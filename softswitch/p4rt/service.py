@@ -28,6 +28,7 @@ from softswitch.p4rt.arbitration import (
     StreamClosed,
     election_id_value,
 )
+from softswitch.p4rt.pacing import LoopShare
 from softswitch.p4rt.pipeline_config import ActivePipeline, PipelineConfigs, PipelineHost
 from softswitch.p4rt.places import StreamPlaces
 from softswitch.p4rt.reads import ReplyBudget, ReplyTooLarge, read_entity
@@ -553,8 +554,10 @@ class P4RuntimeServicer:
 
     async def _read_stream(self, stream: ClientStream, requests: AsyncIterator[bytes]) -> None:
         ending = StreamClosed()
+        share = LoopShare()
         try:
             async for data in requests:
+                started = time.perf_counter()
                 if len(data) > MAX_STREAM_MESSAGE_BYTES:
                     refusal = _refuse_oversized(stream, data)
                     if refusal is not None:
@@ -572,6 +575,9 @@ class P4RuntimeServicer:
                 if refusal is not None:
                     ending = StreamClosed(refusal)
                     return
+                pause_s = share.pause_after(time.perf_counter() - started)
+                if pause_s > 0.0:
+                    await asyncio.sleep(pause_s)  # see ``pacing``
         except (grpc.RpcError, aio.AioRpcError, aio.UsageError):
             pass  # the client went away; StreamChannel cleans up
         finally:
