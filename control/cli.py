@@ -135,7 +135,15 @@ class CheckedOutput:
 
     def write(self, text: str) -> int:
         try:
-            return self._stream.write(text)
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:
+                # Text the stream's encoding cannot hold (a file name's undecodable bytes,
+                # a lone surrogate): written with those characters escaped.
+                encoding = getattr(self._stream, "encoding", None) or "utf-8"
+                return self._stream.write(
+                    text.encode(encoding, "backslashreplace").decode(encoding)
+                )
         except OSError as error:
             raise OutputFailed(error) from error
 

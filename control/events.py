@@ -40,7 +40,7 @@ import h11
 from control.addresses import checked_hostport, is_decimal, split_hostport
 from control.errors import UserError
 from control.files import DuplicateKey, unique_keys
-from control.model import MAX_KIND_CHARS, WEIGHT_RANGE, Experiment, Flow, Stage, TrialStage
+from control.model import WEIGHT_RANGE, Experiment, Flow, Stage, TrialStage, kind_problem
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +245,9 @@ def parse_experiment(raw: Any, resolve_host: HostResolver | None = None) -> Expe
     kind = body.get("kind", "sha")
     if not isinstance(kind, str):
         raise _fail(f"{field}.kind", "expected a string")
-    if len(kind) > MAX_KIND_CHARS:
-        raise _fail(f"{field}.kind", f"{len(kind):,} characters, more than {MAX_KIND_CHARS}")
+    problem = kind_problem(kind)
+    if problem is not None:
+        raise _fail(f"{field}.kind", problem)
     weight = _number(body.get("weight", 1.0), f"{field}.weight", *WEIGHT_RANGE)
     arrival_s = _number(body.get("arrival_s", 0.0), f"{field}.arrival_s", 0.0, MAX_SECONDS)
     stages: list[Stage] = []

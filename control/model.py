@@ -79,6 +79,18 @@ MAX_KIND_CHARS = 64
 is read: the controller keeps it, and journals it, for every experiment it is told of."""
 
 
+def kind_problem(kind: str) -> str | None:
+    """What is wrong with an experiment ``kind``, wherever it is read (None: nothing). It
+    is printed as it is (``beamer workload show``): no control character, no mark that
+    reorders text, no lone surrogate, which no output encoding can write."""
+    if len(kind) > MAX_KIND_CHARS:
+        return f"{len(kind):,} characters, more than {MAX_KIND_CHARS}"
+    if not kind.isprintable():
+        bad = next(c for c in kind if not c.isprintable())
+        return f"U+{ord(bad):04X} is not a printable character"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Experiment:
     """A tuning experiment; stage i+1 is released when stage i completes."""

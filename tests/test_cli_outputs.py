@@ -170,3 +170,26 @@ def test_a_full_standard_output_is_one_line_and_the_files_are_written(tmp_path: 
         assert done.returncode == 1, done.stderr
         assert _one_line(done.stderr) == "beamer: error: standard output: No space left on device"
     assert (tmp_path / "out" / "summary.csv").exists()  # written before the table
+
+
+def test_a_file_name_standard_output_cannot_encode_is_printed_escaped(tmp_path: Path) -> None:
+    """A file name of bytes that are not UTF-8 (Python holds them as lone surrogates)
+    under a strict UTF-8 standard output: the name is escaped, the command succeeds."""
+    import os
+
+    workload = small_workload(tmp_path / "chain.json")
+    odd = os.fsencode(tmp_path) + b"/\xff.json"
+    os.rename(workload, odd)
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict", "PYTHONPATH": str(REPO)}
+    argv = ["simulate", "--workload", os.fsdecode(odd), "--policies", "fifo", "--jobs", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", "from control.cli import main; raise SystemExit(main())", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"Traceback" not in done.stderr
+    assert b"\\udcff.json" in done.stdout

@@ -150,6 +150,7 @@ def _plan_with(mutate: Any) -> dict[str, Any]:
             lambda p: p.update(kind="k" * 4_000_000),
             r"experiment.kind: 4,000,000 characters, more than 64",
         ),
+        (lambda p: p.update(kind="sha\u202e"), r"kind: U\+202E is not a printable character"),
         (
             lambda p: p["stages"][0]["trials"][0].update(compute_s=float("-inf")),
             r"trials\[0\].compute_s: -Infinity is out of range",

@@ -235,6 +235,10 @@ def test_hostile_workload_files_are_one_line_errors(
         ('"weight": 1.0', '"weight": 1000001', "weight: 1000001 is above the limit of 1e+06"),
         ('"weight": 1.0', '"weight": 5e-324', "weight: 5e-324 is below the limit of 1e-06"),
         ('"kind": "sha"', f'"kind": "{"k" * 65}"', "$.experiments[0].kind: 65 characters, more"),
+        # Printed as it is by `beamer workload show`: a lone surrogate was a traceback
+        # there, and escape sequences reached the terminal.
+        ('"kind": "sha"', '"kind": "\\ud800"', "kind: U+D800 is not a printable character"),
+        ('"kind": "sha"', '"kind": "\\u001b[2J"', "kind: U+001B is not a printable character"),
     ],
 )
 def test_absurd_values_are_refused_with_their_limit(

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from control.errors import UserError
 from control.files import atomic_write_text, parse_json
-from control.model import MAX_KIND_CHARS, Experiment, Flow, Stage, TrialStage, Workload
+from control.model import Experiment, Flow, Stage, TrialStage, Workload, kind_problem
 from workloads.files import read_text
 from workloads.limits import (
     MAX_COFLOWS,
@@ -404,8 +404,9 @@ def _experiment(value: Any, path: JsonPath, net: _Network) -> Experiment:
     experiment_id = _integer(fields["experiment_id"], (*path, "experiment_id"), 0, MAX_ID)
     arrival_s = _number(fields["arrival_s"], (*path, "arrival_s"), positive=False, high=MAX_TIME_S)
     kind = _string(fields.get("kind", "sha"), (*path, "kind"))
-    if len(kind) > MAX_KIND_CHARS:
-        raise _Invalid((*path, "kind"), f"{len(kind):,} characters, more than {MAX_KIND_CHARS}")
+    problem = kind_problem(kind)
+    if problem is not None:
+        raise _Invalid((*path, "kind"), problem)
     weight = _number(fields.get("weight", 1.0), (*path, "weight"), positive=True, high=MAX_WEIGHT)
     if weight < MIN_WEIGHT:
         raise _Invalid(
