@@ -79,6 +79,11 @@ def read_bytes(
     if "\0" in str(path):  # os.stat would raise ValueError: no file has such a name
         raise UserError(f"{str(path)!r}: not a file name (it holds a NUL character)")
     try:
+        os.fsencode(path)
+    except UnicodeEncodeError as error:  # a lone surrogate that stands for no byte
+        bad = str(path)[error.start]
+        raise UserError(f"{str(path)!r}: not a file name (U+{ord(bad):04X} is no text)") from None
+    try:
         # stat first: a FIFO or a device is refused without being opened.
         _check_regular(path, os.stat(path), what, max_bytes)
         fd = os.open(path, _OPEN_FLAGS)
@@ -515,12 +520,13 @@ def atomic_write_all_bytes(contents: Mapping[Path, bytes]) -> None:
 
 
 def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
-    """A CSV document (UTF-8), to be written with the files that go with it."""
+    """A CSV document (UTF-8), to be written with the files that go with it. Text UTF-8
+    cannot hold (a file name's undecodable bytes, kept as lone surrogates) is escaped."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    return buffer.getvalue().encode("utf-8")
+    return buffer.getvalue().encode("utf-8", "backslashreplace")
 
 
 def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

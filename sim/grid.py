@@ -733,9 +733,10 @@ def _count(number: int, one: str, many: str = "") -> str:
 
 
 def _show(value: object) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
+    """A value as the figure's labels show it (CSV, table, plot). A file name's bytes that
+    are no UTF-8 (lone surrogates) are escaped: no file or font could take them."""
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _parameters(document: _Map, where: str, context: _Context) -> dict[str, _Value]:

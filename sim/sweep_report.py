@@ -139,7 +139,7 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
         files[out / f"{figure.name}.png"] = _plot(grid, figure, by_key)
         markdown.append("")
         markdown.extend(_markdown(grid, figure, by_key))
-    files[out / "table.md"] = ("\n".join(markdown) + "\n").encode("utf-8")
+    files[out / "table.md"] = ("\n".join(markdown) + "\n").encode("utf-8", "backslashreplace")
     atomic_write_all_bytes(files)  # the reports agree with each other: all or none
     return result
 

@@ -119,6 +119,8 @@ def test_a_closed_output_pipe_ends_quietly(
     [
         ("[1, -1]", "hp-tuning", ":2: seeds[1]: -1 is negative"),
         ("[1]", '"a\\0b"', "workload[0]: 'a\\x00b': not a file name (it holds a NUL character)"),
+        # A lone high surrogate stands for no byte of a file name (os.stat raised).
+        ("[1]", '"a\\ud800.json"', "a\\ud800.json': not a file name (U+D800 is no text)"),
     ],
 )
 def test_a_grid_with_a_negative_seed_or_a_nul_in_a_file_name_is_one_line(
@@ -438,3 +440,21 @@ def test_hp_tuning_without_a_seed_is_seed_1(
     argv = ["workload", "generate", "--jobs", "1", "--seed", "1", "--out", str(explicit)]
     assert run(argv, capsys)[0] == 0
     assert default.read_bytes() == explicit.read_bytes()
+
+
+def test_a_sweep_over_a_file_name_that_is_no_utf8_writes_its_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The name's undecodable byte reaches the figure's labels as a lone surrogate: the
+    CSV, the table and the plot used to fail on it after every run was done."""
+    import os
+
+    os.link(TINY_WORKLOAD, os.fsencode(tmp_path) + b"/\xff.json")
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID.format(seeds="[1]", workload='"\\udcff.json"'), encoding="utf-8")
+    out = tmp_path / "out"
+    status, err = run(["sweep", str(grid), "--out", str(out), "--jobs", "1"], capsys)
+    assert status == 0, err
+    assert "\\udcff.json," in (out / "f.csv").read_text(encoding="utf-8")
+    assert "\\udcff.json" in (out / "table.md").read_text(encoding="utf-8")
+    assert (out / "f.png").stat().st_size > 0
