@@ -447,3 +447,40 @@ def test_load_of_a_workload_that_moves_no_bytes_is_refused(
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith(f"beamer: error: {message} (")
     assert not out.exists()
+
+
+_TERMINATED_WHILE_WRITING = """\
+import os, signal, sys
+real_fsync = os.fsync
+def fsync(fd):  # the temporary file is written: now the termination comes
+    os.kill(os.getpid(), signal.SIGTERM)
+    real_fsync(fd)
+os.fsync = fsync
+from control.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["generate", "to-trace", "offline"])
+def test_a_termination_while_a_workload_file_is_written_leaves_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    trace = Path(__file__).parent / "data" / "tiny_trace.txt"
+    argv = {
+        "generate": ["workload", "generate", "--jobs", "2", "--out", str(out / "w.json")],
+        "to-trace": ["workload", "to-trace", str(trace), "--out", str(out / "t.txt")],
+        "offline": ["workload", "offline", str(trace), "--out", str(out / "o.txt")],
+    }[command]
+    done = subprocess.run(
+        [sys.executable, "-c", _TERMINATED_WHILE_WRITING, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[1],
+        check=False,
+    )
+    assert done.returncode == 128 + 15, done.stderr
+    assert done.stderr == "beamer: interrupted\n"
+    assert list(out.iterdir()) == []

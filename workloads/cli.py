@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.interrupts import terminations_unwind
 from control.options import integer, number, path_option, seed
 from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
@@ -79,7 +82,7 @@ def register(subparsers: Any) -> None:
         help="multiply every duration by this factor, shrinking bytes to keep the shape",
     )
     generate.add_argument("--out", type=path_option, required=True, help="output JSON file")
-    generate.set_defaults(func=_generate)
+    generate.set_defaults(func=_unwinding(_generate))
 
     show = commands.add_parser(
         "show",
@@ -104,7 +107,7 @@ def register(subparsers: Any) -> None:
         help="write it even if the trace cannot carry what changes a run (link rate, "
         "weights, compute times, stage and trial ids, uneven flows), with a warning",
     )
-    trace.set_defaults(func=_to_trace)
+    trace.set_defaults(func=_unwinding(_to_trace))
 
     offline = commands.add_parser(
         "offline",
@@ -124,7 +127,19 @@ def register(subparsers: Any) -> None:
         "--keep-mb", action="store_true", help="keep the reducers' MB as they are (no rounding)"
     )
     offline.add_argument("--out", type=path_option, required=True, help="output trace file")
-    offline.set_defaults(func=_offline)
+    offline.set_defaults(func=_unwinding(_offline))
+
+
+def _unwinding(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command`` with SIGTERM and SIGHUP unwinding it as Ctrl-C does: the file it is
+    writing then goes with its temporary, which a termination used to leave behind."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        with terminations_unwind():
+            return command(args)
+
+    return run
 
 
 def _trace_option(text: str) -> str:
