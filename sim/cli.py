@@ -166,7 +166,7 @@ def _simulate(args: argparse.Namespace) -> int:
         except SettingError as error:
             if error.field != "load":
                 raise
-            raise UserError(f"--load: {error.detail}") from None
+            raise UserError(f"--load: {args.workload}: {error.detail}") from None
         if not workload.experiments:
             raise UserError(f"{args.workload}: the workload has no experiments to simulate")
     if out is not None:

@@ -119,7 +119,7 @@ def test_table_and_files_for_two_queue_modes(
         (["--load", "-1"], "--load"),
         (
             ["--workload", "fb2010", "--load", "5e-324"],
-            "--load: 4.94066e-324 stretches the arrivals to beyond any number of seconds",
+            "--load: fb2010: 4.94066e-324 stretches the arrivals to beyond any number of seconds",
         ),
         (["--workload", "no-such-file.json"], "no-such-file.json: no such file"),
         (["--policies", "sincronia,sincronia,beamer"], "'sincronia' given more than once"),

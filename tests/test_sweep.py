@@ -649,7 +649,7 @@ def test_an_unusable_out_directory_is_refused_before_any_run(
         (
             "{}",
             "{workload: [WORKLOAD], load: [0.5]}",
-            "load=0.5 quantize=rank mix=mixed: cannot set the load",
+            "load=0.5 quantize=rank mix=mixed: load: cannot set the load",
         ),
     ],
     ids=["load", "load on a file"],

@@ -445,7 +445,10 @@ def test_load_of_a_workload_that_moves_no_bytes_is_refused(
     out = tmp_path / "w.json"
     argv = ["workload", "generate", "--kind", "fb2010", "--load", "0.5", "--out", str(out)]
     assert main(argv) == 2
-    assert capsys.readouterr().err.startswith(f"beamer: error: {message} (")
+    assert capsys.readouterr().err.startswith(f"beamer: error: --load 0.5: {message} (")
+    argv = ["simulate", "--workload", str(trace), "--load", "0.5", "--policies", "fifo"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"beamer: error: --load: {trace}: {message} (")
     assert not out.exists()
 
 
@@ -484,3 +487,14 @@ def test_a_termination_while_a_workload_file_is_written_leaves_nothing(
     assert done.returncode == 128 + 15, done.stderr
     assert done.stderr == "beamer: interrupted\n"
     assert list(out.iterdir()) == []
+
+
+def test_to_trace_of_a_workload_the_format_cannot_hold_names_the_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t.txt"
+    source = DATA / "tiny_workload.json"  # experiments of several stages
+    assert main(["workload", "to-trace", str(source), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beamer: error: {source}: experiment ")
+    assert "single coflows only" in err and not out.exists()

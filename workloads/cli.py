@@ -300,7 +300,10 @@ def _show(args: argparse.Namespace) -> int:
 
 def _to_trace(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
-    text = coflow_benchmark.dumps(workload)
+    try:
+        text = coflow_benchmark.dumps(workload)
+    except UserError as error:  # what the format cannot hold: name the input
+        raise UserError(f"{args.workload}: {error}") from None
     lost = coflow_benchmark.losses(workload, text)
     if lost and not args.lossy:
         raise UserError(

@@ -15,7 +15,6 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from control.errors import UserError
 from control.model import Workload
 from workloads.limits import MAX_TIME_S, SettingError
 
@@ -82,12 +81,15 @@ def rescale_to_load(workload: Workload, load: float) -> Workload:
         raise SettingError("load", f"must be a positive number, not {load}")
     current = offered_load(workload)
     if current is None:
-        raise UserError("cannot set the load of a workload with fewer than two arrival times")
+        raise SettingError(
+            "load", "cannot set the load of a workload with fewer than two arrival times"
+        )
     if not any(experiment.total_bytes for experiment in workload.experiments):
         # Its load is 0 whatever the arrivals: stretching them by 0 stacked them all at 0.
-        raise UserError(
+        raise SettingError(
+            "load",
             "cannot set the load of a workload that moves no bytes across the network "
-            "(it has no flows, or every flow stays on its own host)"
+            "(it has no flows, or every flow stays on its own host)",
         )
     factor = current / load
     start_s = min(experiment.arrival_s for experiment in workload.experiments)
