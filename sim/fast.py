@@ -484,7 +484,10 @@ class FastSimulation(Simulation):
         for row, uid in enumerate(uids.tolist()):
             state = previous.get(uid)
             if state is None or uid in changed:
-                state = self._coflow_state(uid, matrix[row])
+                # A copy of the row: a kept state holding a view would keep its whole
+                # matrix alive, one per snapshot (memory of coflows squared: 65,536
+                # coflows active at once ran out of memory).
+                state = self._coflow_state(uid, matrix[row].copy())
             current[uid] = state
         if self.verify:
             self._check_states(current)

@@ -4,6 +4,7 @@ load, the offline FB2010 subset) for every policy."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import numpy as np
@@ -222,6 +223,35 @@ def test_the_policy_sees_the_classes_its_ranking_is_mapped_onto(
     workload = Workload(4, GBIT, (shuffle(0, 0.0, (0,), {3: 1000}), shuffle(1, 0.5, (1,), {2: 10})))
     simulate(workload, policy, SimConfig(num_classes=num_classes, flow_model=flow_model))
     assert len(seen) >= 2 and set(seen) == {num_classes}
+
+
+def test_the_states_a_snapshot_keeps_do_not_hold_earlier_snapshots_matrices() -> None:
+    """The fast model keeps an unchanged coflow's state from one snapshot to the next. A
+    state holding a view of its row kept that snapshot's whole coflows-by-ports matrix
+    alive: memory grew with the square of the coflows active at once."""
+    seen: list[Snapshot] = []
+    policy = get_policy("fifo")
+    rank = policy.rank
+
+    def recording(snapshot: Snapshot) -> Ranking:
+        seen.append(snapshot)
+        return rank(snapshot)
+
+    policy.rank = recording  # type: ignore[method-assign]
+    # Each takes 8 ms alone, one arrives every millisecond: most wait, unchanged.
+    experiments = tuple(shuffle(c, c * 1e-3, (0,), {1: 1_000_000 + c}) for c in range(40))
+    simulate(Workload(2, GBIT, experiments), policy, SimConfig(flow_model="fast"))
+    kept = [
+        state
+        for earlier, later in itertools.pairwise(seen)
+        for state in later.coflows
+        if any(state is before for before in earlier.coflows)
+    ]
+    assert kept  # unchanged coflows kept their states
+    for snapshot in seen:
+        for state in snapshot.coflows:
+            array = state.remaining_by_port.array  # type: ignore[attr-defined]
+            assert array.base is None or array.base.nbytes == array.nbytes
 
 
 def uneven_shuffles(seed: int, count: int = 24, hosts: int = 10) -> Workload:
