@@ -261,7 +261,9 @@ def read_records(path: Path) -> dict[str, RunRecord]:
     text = read_text(path, what="run log")
     records: dict[str, RunRecord] = {}
     kept: list[str] = []
-    lines = text.splitlines()
+    # Lines end at "\n" only: str.splitlines also splits at U+2028 and the like, which
+    # JSON strings may hold raw (a run of a workload file so named).
+    lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -525,6 +525,25 @@ def test_run_records_keep_nan_where_the_simulator_writes_it(tmp_path: Path) -> N
     assert list(read_records(runs)) == [record["key"]]
 
 
+def test_a_run_record_holding_a_raw_line_separator_is_one_line(tmp_path: Path) -> None:
+    """JSON strings may hold U+2028 and U+2029 raw; only a newline ends a record."""
+    named = tmp_path / "a\u2028b\u2029c\x85.json"
+    named.write_bytes((Path(__file__).parent / "data" / "tiny_workload.json").read_bytes())
+    grid = "policies: [fair]\nseeds: [1]\nfigures:\n  - name: f\n    vary: {workload: [W]}\n"
+    point = load_grid(write_grid(tmp_path, grid.replace("W", json.dumps(str(named))))).points()[0]
+    record = {
+        "key": run_key(point, 1, "fair"),
+        "point": point.as_dict(),
+        "seed": 1,
+        "policy": "fair",
+        "metrics": {"avg_sct_s": 2.5, "avg_slowdown": 1.5, "stages": 4.0, "wall_s": 0.1},
+    }
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert "\u2028" in runs.read_text(encoding="utf-8")
+    assert list(read_records(runs)) == [record["key"]]
+
+
 def test_complete_last_line_without_newline_is_checked_not_dropped(tmp_path: Path) -> None:
     runs = tmp_path / "runs.jsonl"
     good = json.dumps(_good_record(tmp_path))
