@@ -168,6 +168,8 @@ def test_absurd_values_name_the_field_and_the_limit(text: str, message: str) -> 
         ("4 2\n1 0 1 0 1 1:1\n", 2, "header announces 2 coflows, file has 1"),
         ("4 1\n1 0 1 0 1 1:1\n2 0 1 0 1 1:1\n", 3, "header announces 1 coflows, file has 2"),
         ("4 1\nx 0 1 0 1 1:1\n", 2, "coflow id 'x' is not an integer"),
+        ("4 1\n-0 0 1 0 1 1:1\n", 2, "coflow id '-0' has a sign"),
+        ("4 1\n1 0 1 -0 1 1:1\n", 2, "mapper port '-0' has a sign"),
         # int() and float() read these too; a trace's numbers are ASCII digits
         ("4 1\n\u0661 0 1 0 1 1:1\n", 2, "coflow id '\u0661' is not an integer"),
         ("4 1\n1 0 1 0 1 1:1_0\n", 2, "reducer 1 size (MB) '1_0' is not a number"),

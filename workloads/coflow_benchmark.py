@@ -210,9 +210,12 @@ def _whole(token: str, what: str) -> int:
     try:
         if not is_decimal(token.removeprefix("-")):
             raise ValueError(token)
-        return int(token)
+        value = int(token)
     except ValueError:
         raise _LineError(f"{what} {token!r} is not an integer") from None
+    if value == 0 and token.startswith("-"):  # ids, ports and counts have no sign
+        raise _LineError(f"{what} {token!r} has a sign")
+    return value
 
 
 def _int(token: str, what: str, *, low: int, high: int | None = None) -> int:
