@@ -176,6 +176,17 @@ def test_streams_past_the_limit_must_displace_a_lower_backup_or_are_refused(
     write(served, class_update(2))  # the primary is never displaced
 
 
+def _controller_writes(served: Served) -> None:
+    """A controller (the default role, an election id above every other) connects and
+    writes."""
+    controller = P4RuntimeClient(served.server.addr, DEVICE_ID, 2 << 64)
+    try:
+        assert controller.connect() is True
+        controller.write([class_update(5)])
+    finally:
+        controller.close()
+
+
 def test_a_controller_takes_its_switch_though_tools_hold_every_stream_place(
     served: Served,
 ) -> None:
@@ -186,12 +197,7 @@ def test_a_controller_takes_its_switch_though_tools_hold_every_stream_place(
     for number, tool in enumerate(tools):
         tool.arbitrate(DEVICE_ID, (1, number))  # ids must differ; all below the controller
         tool.next()
-    controller = P4RuntimeClient(served.server.addr, DEVICE_ID, 2 << 64)
-    try:
-        assert controller.connect() is True
-        controller.write([class_update(5)])
-    finally:
-        controller.close()
+    _controller_writes(served)
     assert tools[0].done.wait(2.0)  # the lowest made room
     assert not any(tool.done.is_set() for tool in tools[1:])
 
@@ -213,12 +219,7 @@ def test_a_controller_takes_its_switch_though_named_roles_hold_every_stream_plac
             error = final_error(session, 2.0)
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "named roles" in (error.details() or "")
-    controller = P4RuntimeClient(served.server.addr, DEVICE_ID, 2 << 64)
-    try:
-        assert controller.connect() is True
-        controller.write([class_update(5)])
-    finally:
-        controller.close()
+    _controller_writes(served)
     assert not any(session.done.is_set() for session in named[:held])
 
 

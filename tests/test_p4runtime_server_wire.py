@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2
 from test_p4runtime_server_support import CLASS_TABLE, SET_CLASS, program_under_test
 
+from control.p4runtime_client import varint_bytes
 from softswitch.p4rt import encode
 from softswitch.p4rt.p4info_index import P4InfoIndex
 from softswitch.p4rt.pipeline_config import ActivePipeline
@@ -131,15 +132,6 @@ def test_truncated_updates_decode_as_protobuf_reads_them_or_not_at_all() -> None
             assert decoded == (parsed.type, table_entry_data(parsed.entity.table_entry))
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _as_protobuf_reads_it(data: bytes) -> None:
     """The fast decoder gives what protobuf parses, or nothing where protobuf refuses."""
     decoded = decode_table_update(data)
@@ -163,9 +155,9 @@ def test_a_length_byte_of_0x80_or_more_is_not_read_as_a_one_byte_length(size: in
     # An exact match whose message length is written as one byte.
     value = b"v" * (size - 2)
     match = bytes([0x08, 0x01, 0x12, size & 0xFF, 0x0A, (size - 2) & 0xFF]) + value
-    table_entry = b"\x08\x07" + b"\x12" + _varint(len(match)) + match
-    entity = b"\x12" + _varint(len(table_entry)) + table_entry
-    _as_protobuf_reads_it(b"\x08\x01" + b"\x12" + _varint(len(entity)) + entity)
+    table_entry = b"\x08\x07" + b"\x12" + varint_bytes(len(match)) + match
+    entity = b"\x12" + varint_bytes(len(table_entry)) + table_entry
+    _as_protobuf_reads_it(b"\x08\x01" + b"\x12" + varint_bytes(len(entity)) + entity)
 
 
 def test_write_request_header_and_updates_are_split() -> None:
@@ -181,19 +173,10 @@ def test_write_request_header_and_updates_are_split() -> None:
     assert unset.election_id is None
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _field(number: int, wire: int, body: bytes | int) -> bytes:
     if isinstance(body, int):
-        return _varint(number << 3 | wire) + _varint(body)
-    return _varint(number << 3 | wire) + _varint(len(body)) + body
+        return varint_bytes(number << 3 | wire) + varint_bytes(body)
+    return varint_bytes(number << 3 | wire) + varint_bytes(len(body)) + body
 
 
 WIDE = [2**32 + 7, 2**63 + 2**31 + 5, 2**64 + 3, 2**69 + 2**40 + 1]
