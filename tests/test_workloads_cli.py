@@ -498,3 +498,17 @@ def test_to_trace_of_a_workload_the_format_cannot_hold_names_the_input(
     err = capsys.readouterr().err
     assert err.startswith(f"beamer: error: {source}: experiment ")
     assert "single coflows only" in err and not out.exists()
+
+
+def test_offline_of_a_json_workload_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to be read as a trace and refused for a header of one field."""
+    out = tmp_path / "o.txt"
+    source = DATA / "tiny_workload.json"
+    assert main(["workload", "offline", str(source), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beamer: error: {source}: a JSON workload; the offline variant is made of a "
+        "Coflow-Benchmark trace\n"
+    )
+    assert not out.exists()

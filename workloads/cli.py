@@ -19,7 +19,7 @@ from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
 from workloads.hp_tuning import HpTuningConfig, shrink_changes
 from workloads.limits import SettingError
-from workloads.loader import load_workload
+from workloads.loader import load_workload, looks_like_json
 from workloads.models import MODELS
 from workloads.shapes import MIXES, Shape, parse_models, parse_sync
 from workloads.summary import summarize
@@ -321,8 +321,13 @@ def _offline(args: argparse.Namespace) -> int:
     if args.max_flows is not None and args.max_flows < 1:
         raise UserError(f"--max-flows: must be at least 1, not {args.max_flows}")
     path = coflow_benchmark.default_trace_path() if args.trace == "fb2010" else Path(args.trace)
+    source = read_text(path)
+    if looks_like_json(source):
+        raise UserError(
+            f"{path}: a JSON workload; the offline variant is made of a Coflow-Benchmark trace"
+        )
     text = coflow_benchmark.offline(
-        read_text(path),
+        source,
         str(path),
         max_flows=args.max_flows,
         whole_mb=not args.keep_mb,

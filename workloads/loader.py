@@ -57,7 +57,12 @@ def read_file(path: Path) -> Workload:
     text = read_text(path, missing_hint=hint)
     # A trace's header is two numbers, so any JSON value is read as JSON (and a
     # top-level array is refused as such, not as a trace with a bad header).
-    start = _BLANK.match(text).end()  # type: ignore[union-attr]
-    if text[start : start + 1] in ("{", "["):
+    if looks_like_json(text):
         return json_format.loads(text, str(path))
     return coflow_benchmark.parse(text, str(path))
+
+
+def looks_like_json(text: str) -> bool:
+    """Whether ``text`` opens as a JSON object or array (a trace opens with a number)."""
+    start = _BLANK.match(text).end()  # type: ignore[union-attr]
+    return text[start : start + 1] in ("{", "[")
