@@ -19,6 +19,7 @@ from test_p4runtime_server_support import (
     SET_CLASS,
     StreamSession,
     program_under_test,
+    unpaced,
 )
 
 from control.errors import UserError
@@ -387,6 +388,7 @@ def test_a_client_that_never_reads_is_cut_off_with_resource_exhausted(
 ) -> None:
     """Each denied packet-out is echoed back: unread, they must not pile up without bound."""
     monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 1 << 20)
+    monkeypatch.setattr(service, "LoopShare", unpaced)  # 4,000 messages, read at once
     sent = threading.Event()
     count = 4000
 

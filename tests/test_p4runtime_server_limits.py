@@ -26,6 +26,7 @@ from test_p4runtime_server_support import (
     STAGE_BYTES,
     StreamSession,
     program_under_test,
+    unpaced,
 )
 
 from control.p4runtime_client import P4RuntimeClient, WriteError
@@ -695,6 +696,7 @@ def test_a_primary_cut_off_for_not_reading_loses_the_role_at_once(
     from softswitch.p4rt import arbitration
 
     monkeypatch.setattr(arbitration, "MAX_OUTBOX_BYTES", 256 << 10)
+    monkeypatch.setattr(service, "LoopShare", unpaced)  # 1,000 messages, read at once
     served.primary.close()  # the fixture's primary leaves; a new one takes over below
     channel = served.channel(fixed_window=True)
     stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)

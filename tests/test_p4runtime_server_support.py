@@ -16,6 +16,7 @@ from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from softswitch.frontend import CompiledProgram, compile_source
+from softswitch.p4rt.pacing import LoopShare
 
 
 @dataclass
@@ -171,3 +172,9 @@ NO_ACTION = _IDS["NoAction"]
 STAGE_BYTES = _IDS["I.stage_bytes"]
 CLASS_HITS = _IDS["I.class_hits"]
 SCRATCH = _IDS["I.scratch"]
+
+
+def unpaced() -> LoopShare:
+    """A stream's loop share that never pauses it: for tests of what a server does with
+    many stream messages (the outbox bounds), not of how fast it reads them."""
+    return LoopShare(share=1.0, burst_s=float("inf"))
