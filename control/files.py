@@ -501,9 +501,15 @@ def _backup(target: Path) -> Path | None:
     return backup
 
 
+def text_bytes(text: str) -> bytes:
+    """``text`` in UTF-8, what UTF-8 cannot hold escaped (``\\udcff``): a file name's
+    undecodable bytes, which Python keeps as lone surrogates, end up in reports."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def atomic_write_text(target: Path, text: str) -> None:
-    """:func:`atomic_write` of UTF-8 text."""
-    atomic_write(target, lambda path: path.write_text(text, encoding="utf-8"))
+    """:func:`atomic_write` of UTF-8 text (:func:`text_bytes`)."""
+    atomic_write_bytes(target, text_bytes(text))
 
 
 def atomic_write_bytes(target: Path, data: bytes) -> None:
@@ -526,7 +532,7 @@ def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    return buffer.getvalue().encode("utf-8", "backslashreplace")
+    return text_bytes(buffer.getvalue())
 
 
 def write_csv(target: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

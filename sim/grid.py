@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, TypeGuard
 import yaml
 
 from control.errors import UserError
-from control.files import parse_json, read_bytes, read_text
+from control.files import parse_json, read_bytes, read_text, text_bytes
 from control.policies import POLICIES
 from control.policies.spec import parse_policy_list, policy_from_spec
 from control.quantize import STRATEGIES, Strategy
@@ -736,7 +736,7 @@ def _show(value: object) -> str:
     """A value as the figure's labels show it (CSV, table, plot). A file name's bytes that
     are no UTF-8 (lone surrogates) are escaped: no file or font could take them."""
     text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text_bytes(text).decode("utf-8")
 
 
 def _parameters(document: _Map, where: str, context: _Context) -> dict[str, _Value]:

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypedDict
 
-from control.files import atomic_write_all_bytes, csv_bytes
+from control.files import atomic_write_all_bytes, csv_bytes, text_bytes
 from sim.grid import Figure, Grid, Setting, run_key
 from sim.report import png_bytes
 
@@ -139,7 +139,7 @@ def write_reports(out: Path, grid: Grid, records: dict[str, RunRecord]) -> dict[
         files[out / f"{figure.name}.png"] = _plot(grid, figure, by_key)
         markdown.append("")
         markdown.extend(_markdown(grid, figure, by_key))
-    files[out / "table.md"] = ("\n".join(markdown) + "\n").encode("utf-8", "backslashreplace")
+    files[out / "table.md"] = text_bytes("\n".join(markdown) + "\n")
     atomic_write_all_bytes(files)  # the reports agree with each other: all or none
     return result
 
