@@ -84,15 +84,12 @@ def shortened(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        parser = build_parser()  # imports every command's module: a second or so
-    except KeyboardInterrupt:
-        print("beamer: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
-    args = parser.parse_args(argv)
     stdout = sys.stdout
     sys.stdout = cast(TextIO, CheckedOutput(stdout))
     try:
+        # The parser imports every command's module (a second or so): a Ctrl-C then is
+        # handled as one during the command.
+        args = build_parser().parse_args(argv)
         status: int = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe or a full disk is caught, not at exit
     except UserError as error:
