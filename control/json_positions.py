@@ -1,15 +1,20 @@
-"""Where in a JSON text the decoder refused it, for one-line errors that name the line.
+"""Where in a JSON text a value sits, for one-line errors that name the line.
 
 Python's decoder reports its own syntax errors with a position, but not the refusals
 made in its hooks (a constant that is no number, a key twice in one object) or in
 ``int()`` (an integer past the interpreter's limit on digits). These find the refused
-token the way the decoder met it: in document order, outside strings.
+token the way the decoder met it: in document order, outside strings. And a validator
+of the decoded document names a value by its path: :func:`line_of_path` finds its line.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+
+JsonPath = tuple[str | int, ...]
+"""Where a value sits in a JSON document: object keys and array indices from the top."""
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _TOKENS = re.compile(rf"{_STRING}|[{{}}]|:", re.DOTALL)
@@ -80,3 +85,53 @@ def _line_of_second_key(text: str, start: int, end: int, key: str) -> int:
 def _names(token: re.Match[str], key: str) -> bool:
     """Whether the string ``token`` spells ``key`` (escapes decoded)."""
     return token.group(0).startswith('"') and json.loads(token.group(0)) == key
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def line_of_path(text: str, path: JsonPath) -> int:
+    """The line where the value at ``path`` starts (its nearest found ancestor's): the
+    line of a value a validator refused in the decoded document."""
+    return line_at(text, _offset_of(text, path))
+
+
+def _offset_of(text: str, path: JsonPath) -> int:
+    position = _skip(text, 0)
+    for step in path:
+        found = _child_offset(text, position, step)
+        if found is None:
+            break
+        position = found
+    return position
+
+
+def _skip(text: str, position: int) -> int:
+    return _WHITESPACE.match(text, position).end()  # type: ignore[union-attr]
+
+
+def _child_offset(text: str, position: int, step: str | int) -> int | None:
+    """Offset of member ``step`` of the object or array starting at ``position``."""
+    opener = text[position : position + 1]
+    if opener not in ("{", "[") or (opener == "{") != isinstance(step, str):
+        return None
+    closer = "}" if opener == "{" else "]"
+    position = _skip(text, position + 1)
+    found: int | None = None
+    index = 0
+    while position < len(text) and text[position] != closer:
+        if opener == "{":
+            key, position = _scanstring(text, position + 1)
+            position = _skip(text, _skip(text, position) + 1)  # past ':'
+            if key == step:
+                found = position  # the last duplicate wins, as in json.loads
+        elif index == step:
+            return position
+        _, position = _DECODER.raw_decode(text, position)
+        position = _skip(text, position)
+        if text[position : position + 1] == ",":
+            position = _skip(text, position + 1)
+        index += 1
+    return found

@@ -15,6 +15,7 @@ switch follows the same per-destination distance field, loop-free.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ import networkx as nx
 
 from control.addresses import checked_hostport, endpoint_keys
 from control.errors import UserError
-from control.files import read_json
+from control.files import parse_json, read_text
+from control.json_positions import JsonPath, line_of_path
 from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
 
 MAX_PORT = 510
@@ -268,10 +270,16 @@ def _link_sort_key(link: LinkSpec) -> tuple[int, int]:
 
 
 def load_topology(path: str | Path) -> Topology:
-    """Read and validate a topology file; every error names the file and the field."""
+    """Read and validate a topology file; every error names the file, the line and the
+    field."""
     path = Path(path)
-    raw = read_json(path, what="topology file", missing="no such topology file")
-    return parse_topology(raw, source=str(path))
+    text = read_text(path, what="topology file", missing="no such topology file")
+    raw = parse_json(text, str(path))
+    try:
+        return parse_topology(raw, source=str(path))
+    except _FieldError as error:
+        line = line_of_path(text, error.path)
+        raise UserError(f"{path}:{line}: {_named(error.field, error.detail)}") from None
 
 
 def parse_topology(raw: Any, source: str = "<topology>") -> Topology:
@@ -279,12 +287,47 @@ def parse_topology(raw: Any, source: str = "<topology>") -> Topology:
     return _Parser(source).parse(raw)
 
 
+_FIELD_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def _field_path(field: str) -> JsonPath:
+    """The JSON path of a field the parser names (``links[2].port1``)."""
+    return tuple(name if name else int(index) for name, index in _FIELD_STEP.findall(field))
+
+
+def _named(field: str, detail: str) -> str:
+    """``detail`` behind the field it is about (none for the document itself)."""
+    return f"{field}: {detail}" if field else detail
+
+
+def _member_name(field: str, key: str) -> str:
+    """How an error names member ``key`` of ``field``: a key that is no plain name is
+    quoted, so that a newline or a control character in it cannot break the error's line."""
+    if key.isidentifier():
+        return f"{field}.{key}" if field else key
+    return f"{field}[{json.dumps(key)}]"
+
+
+class _FieldError(UserError):
+    """A refused field of a topology document: its name, its place in the document
+    (for the line, when the text is at hand) and what is wrong."""
+
+    def __init__(self, source: str, field: str, path: JsonPath, detail: str) -> None:
+        super().__init__(f"{source}: {_named(field, detail)}")
+        self.field = field
+        self.path = path
+        self.detail = detail
+
+
 class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, field: str, message: str) -> UserError:
-        return UserError(f"{self.source}: {field}: {message}")
+    def fail(self, field: str, message: str, path: JsonPath | None = None) -> UserError:
+        """The error for ``field``; ``path`` is its place in the document when the field's
+        name does not spell it (an unknown key, which may hold any character)."""
+        where = _field_path(field) if path is None else path
+        return _FieldError(self.source, field, where, message)
 
     # -- typed field readers --
 
@@ -294,8 +337,9 @@ class _Parser:
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(
-                f"{field}.{unknown[0]}" if field else unknown[0],
+                _member_name(field, unknown[0]),
                 f"unknown field (allowed: {', '.join(sorted(allowed))})",
+                (*_field_path(field), unknown[0]),
             )
         return value
 

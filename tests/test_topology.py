@@ -6,6 +6,7 @@ import copy
 import ipaddress
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -352,13 +353,48 @@ def test_validation_names_the_field(mutate: Any, message: str) -> None:
         parse_topology(_mutated(mutate))
 
 
-def test_validation_error_names_the_file(tmp_path: Path) -> None:
-    raw = _line()
-    raw["hosts"][0]["mac"] = "nope"
+def _line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle", "lines_before", "message"),
+    [
+        (
+            lambda r: r["hosts"][1].update(mac="nope"),
+            '"nope"',
+            0,
+            r"hosts\[1\]\.mac: 'nope' is not",
+        ),
+        (
+            lambda r: r["links"][3].update(port1=8),
+            '"port1": 8',
+            0,
+            r"links\[3\]\.port1: port 8 of s2 is already used by links\[1\]",
+        ),
+        (
+            lambda r: r["switches"][2].update({"grpc.addr[0]": 1}),
+            '"grpc.addr[0]"',
+            0,
+            r'switches\[2\]\["grpc\.addr\[0\]"\]: unknown field',
+        ),
+        (lambda r: r.update({"x\ny": 1}), '"x\\ny"', 0, r'\["x\\ny"\]: unknown field'),
+        # A missing field: the line where its object opens, the one before its first key.
+        (lambda r: r["hosts"][2].pop("ip"), '"name": "h3"', 1, r"hosts\[2\]\.ip: missing"),
+        # A list's own problem: the line of the list.
+        (lambda r: r["links"].pop(2), '"links"', 0, r"links: host h2 has no link"),
+    ],
+)
+def test_validation_error_names_the_file_and_line(
+    tmp_path: Path, mutate: Any, needle: str, lines_before: int, message: str
+) -> None:
+    text = json.dumps(_mutated(mutate), indent=2)
+    line = _line_of(text, needle) - lines_before
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(raw))
-    with pytest.raises(UserError, match=r"bad\.json: hosts\[0\]\.mac"):
+    path.write_text(text)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: {message}") as refused:
         load_topology(path)
+    assert len(str(refused.value).splitlines()) == 1
 
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "bmv2_topos").glob("*.json"))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from control.errors import UserError
 from control.files import atomic_write_text, parse_json
+from control.json_positions import JsonPath, line_of_path
 from control.model import Experiment, Flow, Stage, TrialStage, Workload, kind_problem
 from workloads.files import read_text
 from workloads.limits import (
@@ -43,7 +43,6 @@ FORMAT_ID = "beamer-workload/1"
 MAX_ID = 0xFFFF
 """Experiment, stage and trial ids travel in 16-bit fields of the Beamer tag."""
 
-JsonPath = tuple[str | int, ...]
 T = TypeVar("T")
 
 
@@ -196,7 +195,7 @@ def loads(text: str, source: str = "<string>") -> Workload:
     try:
         return _workload(document)
     except _Invalid as invalid:
-        line = _line_of(text, invalid.path)
+        line = line_of_path(text, invalid.path)
         raise UserError(f"{source}:{line}: {_path_name(invalid.path)}: {invalid.message}") from None
 
 
@@ -211,58 +210,6 @@ def _path_name(path: JsonPath) -> str:
         else f"[{json.dumps(step)}]"
         for step in path
     )
-
-
-# -- finding the line of a value ------------------------------------------
-
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
-
-
-def _line_of(text: str, path: JsonPath) -> int:
-    """1-based line where the value at ``path`` starts (its nearest found ancestor's)."""
-    offset = _offset_of(text, path)
-    return text.count("\n", 0, offset) + 1
-
-
-def _offset_of(text: str, path: JsonPath) -> int:
-    position = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
-    for step in path:
-        found = _child_offset(text, position, step)
-        if found is None:
-            break
-        position = found
-    return position
-
-
-def _skip(text: str, position: int) -> int:
-    return _WHITESPACE.match(text, position).end()  # type: ignore[union-attr]
-
-
-def _child_offset(text: str, position: int, step: str | int) -> int | None:
-    """Offset of member ``step`` of the object or array starting at ``position``."""
-    opener = text[position : position + 1]
-    if opener not in ("{", "[") or (opener == "{") != isinstance(step, str):
-        return None
-    closer = "}" if opener == "{" else "]"
-    position = _skip(text, position + 1)
-    found: int | None = None
-    index = 0
-    while position < len(text) and text[position] != closer:
-        if opener == "{":
-            key, position = _scanstring(text, position + 1)
-            position = _skip(text, _skip(text, position) + 1)  # past ':'
-            if key == step:
-                found = position  # the last duplicate wins, as in json.loads
-        elif index == step:
-            return position
-        _, position = _DECODER.raw_decode(text, position)
-        position = _skip(text, position)
-        if text[position : position + 1] == ",":
-            position = _skip(text, position + 1)
-        index += 1
-    return found
 
 
 # -- validation -------------------------------------------------------------
