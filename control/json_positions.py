@@ -92,16 +92,24 @@ _DECODER = json.JSONDecoder()
 _scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
-def line_of_path(text: str, path: JsonPath) -> int:
+def line_of_path(text: str, path: JsonPath, *, of_key: bool = False) -> int:
     """The line where the value at ``path`` starts (its nearest found ancestor's): the
-    line of a value a validator refused in the decoded document."""
-    return line_at(text, _offset_of(text, path))
+    line of a value a validator refused in the decoded document. With ``of_key``, the
+    line of the key that names it instead (an unknown key is refused, not its value)."""
+    return line_at(text, _offset_of(text, path, of_key))
 
 
-def _offset_of(text: str, path: JsonPath) -> int:
+def member_name(key: str) -> str:
+    """How an error names member ``key`` of an object after its parent's name: ``.key``
+    for a plain ASCII name, else ``["key"]`` quoted and escaped, so that a newline, a
+    control or an invisible character in it cannot break or blank the error's line."""
+    return f".{key}" if key.isascii() and key.isidentifier() else f"[{json.dumps(key)}]"
+
+
+def _offset_of(text: str, path: JsonPath, of_key: bool) -> int:
     position = _skip(text, 0)
-    for step in path:
-        found = _child_offset(text, position, step)
+    for number, step in enumerate(path, 1):
+        found = _child_offset(text, position, step, of_key and number == len(path))
         if found is None:
             break
         position = found
@@ -112,8 +120,9 @@ def _skip(text: str, position: int) -> int:
     return _WHITESPACE.match(text, position).end()  # type: ignore[union-attr]
 
 
-def _child_offset(text: str, position: int, step: str | int) -> int | None:
-    """Offset of member ``step`` of the object or array starting at ``position``."""
+def _child_offset(text: str, position: int, step: str | int, of_key: bool) -> int | None:
+    """Offset of member ``step`` of the object or array starting at ``position`` (with
+    ``of_key``, of the key naming it)."""
     opener = text[position : position + 1]
     if opener not in ("{", "[") or (opener == "{") != isinstance(step, str):
         return None
@@ -123,10 +132,12 @@ def _child_offset(text: str, position: int, step: str | int) -> int | None:
     index = 0
     while position < len(text) and text[position] != closer:
         if opener == "{":
+            key_offset = position
             key, position = _scanstring(text, position + 1)
             position = _skip(text, _skip(text, position) + 1)  # past ':'
             if key == step:
-                found = position  # the last duplicate wins, as in json.loads
+                # The last duplicate wins, as in json.loads.
+                found = key_offset if of_key else position
         elif index == step:
             return position
         _, position = _DECODER.raw_decode(text, position)

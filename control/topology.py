@@ -15,7 +15,6 @@ switch follows the same per-destination distance field, loop-free.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import networkx as nx
 from control.addresses import checked_hostport, endpoint_keys
 from control.errors import UserError
 from control.files import parse_json, read_text
-from control.json_positions import JsonPath, line_of_path
+from control.json_positions import JsonPath, line_of_path, member_name
 from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
 
 MAX_PORT = 510
@@ -278,7 +277,7 @@ def load_topology(path: str | Path) -> Topology:
     try:
         return parse_topology(raw, source=str(path))
     except _FieldError as error:
-        line = line_of_path(text, error.path)
+        line = line_of_path(text, error.path, of_key=error.of_key)
         raise UserError(f"{path}:{line}: {_named(error.field, error.detail)}") from None
 
 
@@ -300,34 +299,34 @@ def _named(field: str, detail: str) -> str:
     return f"{field}: {detail}" if field else detail
 
 
-def _member_name(field: str, key: str) -> str:
-    """How an error names member ``key`` of ``field``: a key that is no plain name is
-    quoted, so that a newline or a control character in it cannot break the error's line."""
-    if key.isidentifier():
-        return f"{field}.{key}" if field else key
-    return f"{field}[{json.dumps(key)}]"
-
-
 class _FieldError(UserError):
     """A refused field of a topology document: its name, its place in the document
     (for the line, when the text is at hand) and what is wrong."""
 
-    def __init__(self, source: str, field: str, path: JsonPath, detail: str) -> None:
+    def __init__(
+        self, source: str, field: str, path: JsonPath, detail: str, *, of_key: bool = False
+    ) -> None:
         super().__init__(f"{source}: {_named(field, detail)}")
         self.field = field
         self.path = path
         self.detail = detail
+        self.of_key = of_key
+        """The key at ``path`` is refused (its line is the error's), not its value."""
 
 
 class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, field: str, message: str, path: JsonPath | None = None) -> UserError:
-        """The error for ``field``; ``path`` is its place in the document when the field's
-        name does not spell it (an unknown key, which may hold any character)."""
-        where = _field_path(field) if path is None else path
-        return _FieldError(self.source, field, where, message)
+    def fail(self, field: str, message: str, unknown_key: str | None = None) -> UserError:
+        """The error for ``field``, or for the ``unknown_key`` of the object ``field``
+        names (a key may hold any character, so it is quoted where it is no plain name,
+        and its line is the key's)."""
+        if unknown_key is None:
+            return _FieldError(self.source, field, _field_path(field), message)
+        name = (field + member_name(unknown_key)).lstrip(".")
+        path = (*_field_path(field), unknown_key)
+        return _FieldError(self.source, name, path, message, of_key=True)
 
     # -- typed field readers --
 
@@ -337,9 +336,7 @@ class _Parser:
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(
-                _member_name(field, unknown[0]),
-                f"unknown field (allowed: {', '.join(sorted(allowed))})",
-                (*_field_path(field), unknown[0]),
+                field, f"unknown field (allowed: {', '.join(sorted(allowed))})", unknown[0]
             )
         return value
 

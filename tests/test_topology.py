@@ -353,6 +353,20 @@ def test_validation_names_the_field(mutate: Any, message: str) -> None:
         parse_topology(_mutated(mutate))
 
 
+def test_an_unknown_key_is_refused_at_its_own_line(tmp_path: Path) -> None:
+    text = json.dumps(_line(), indent=2).replace(
+        '"name": "line",', '"name": "line",\n  "bogus":\n\n    7,\n  "\u3164": 0,', 1
+    )
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:3: bogus: unknown field"):
+        load_topology(path)
+    path.write_text(text.replace('"bogus":\n\n    7,\n', "", 1))
+    # An identifier blank to the eye (HANGUL FILLER) is quoted too.
+    with pytest.raises(UserError, match=r':3: \["\\u3164"\]: unknown field'):
+        load_topology(path)
+
+
 def _line_of(text: str, needle: str) -> int:
     return text[: text.index(needle)].count("\n") + 1
 

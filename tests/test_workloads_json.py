@@ -142,6 +142,20 @@ def test_syntax_error_names_line_and_column(tmp_path: Path) -> None:
             "$.experiments[0].stages[1].colour: unknown field 'colour'",
         ),
         (
+            # An unknown key is refused, not its value: the line is the key's.
+            '"stage_id": 1,',
+            '"stage_id": 1, "tint":\n\n "red",',
+            '"tint"',
+            "$.experiments[0].stages[1].tint: unknown field 'tint'",
+        ),
+        (
+            # A key that is an identifier but blank to the eye (HANGUL FILLER) is quoted.
+            '"stage_id": 1,',
+            '"stage_id": 1, "\u3164": 0,',
+            '"\u3164"',
+            '$.experiments[0].stages[1]["\\u3164"]: unknown field',
+        ),
+        (
             '"format": "beamer-workload/1"',
             '"format": "beamer-workload/9"',
             '"format"',

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from control.errors import UserError
 from control.files import atomic_write_text, parse_json
-from control.json_positions import JsonPath, line_of_path
+from control.json_positions import JsonPath, line_of_path, member_name
 from control.model import Experiment, Flow, Stage, TrialStage, Workload, kind_problem
 from workloads.files import read_text
 from workloads.limits import (
@@ -176,10 +176,12 @@ def _check_document(document: dict[str, Any]) -> None:
 class _Invalid(Exception):
     """A rejected value: where it is (JSON path) and what is wrong."""
 
-    def __init__(self, path: JsonPath, message: str) -> None:
+    def __init__(self, path: JsonPath, message: str, *, of_key: bool = False) -> None:
         super().__init__(message)
         self.path = path
         self.message = message
+        self.of_key = of_key
+        """The key at ``path`` is refused (its line is the error's), not its value."""
 
 
 def read(path: str | os.PathLike[str]) -> Workload:
@@ -195,20 +197,15 @@ def loads(text: str, source: str = "<string>") -> Workload:
     try:
         return _workload(document)
     except _Invalid as invalid:
-        line = line_of_path(text, invalid.path)
+        line = line_of_path(text, invalid.path, of_key=invalid.of_key)
         raise UserError(f"{source}:{line}: {_path_name(invalid.path)}: {invalid.message}") from None
 
 
 def _path_name(path: JsonPath) -> str:
-    """``$.a[0].b``; a key that is not a plain name (``meta`` takes any) is quoted, so
-    that a newline or a control character in it cannot break the error's one line."""
+    """``$.a[0].b``; a key that is not a plain name (``meta`` takes any) is quoted
+    (:func:`control.json_positions.member_name`)."""
     return "$" + "".join(
-        f"[{step}]"
-        if isinstance(step, int)
-        else f".{step}"
-        if step.isidentifier()
-        else f"[{json.dumps(step)}]"
-        for step in path
+        f"[{step}]" if isinstance(step, int) else member_name(step) for step in path
     )
 
 
@@ -225,7 +222,7 @@ def _fields(
             raise _Invalid(path, f"missing field {name!r}")
     for name in value:
         if name not in required and name not in optional:
-            raise _Invalid((*path, name), f"unknown field {name!r}")
+            raise _Invalid((*path, name), f"unknown field {name!r}", of_key=True)
     return value
 
 
