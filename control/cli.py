@@ -52,15 +52,22 @@ MAX_ERROR_CHARS = 2000
 literal), and a 2 MB line is no message."""
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-"""Control characters (C0, DEL, C1), line and paragraph separators, and the marks that
-reorder text: in a message they would break its one line, forge log lines, or drive a
-terminal (clear it, retitle it)."""
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+"""Control characters (C0, DEL, C1), line and paragraph separators, the marks that
+reorder text, and the format characters that show nothing (zero-width spaces and
+joiners, the soft hyphen, the byte order mark, tags): in a message they would break its
+one line, forge log lines, drive a terminal (clear it, retitle it), or hide what the
+message quotes."""
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:

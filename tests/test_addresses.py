@@ -80,6 +80,10 @@ def test_a_listener_that_is_not_a_ray_head_is_refused_quickly(
         ("127.0.0.1 :19559", r"the host '127\.0\.0\.1 ' holds a space"),
         ("a/b:19559", r"'a/b:19559' is not HOST:PORT"),
         ("x" * 64 + ".lab:19559", r"is not a host name \(label"),
+        # The name codec drops a zero-width space: a second spelling of 'ab'.
+        ("a\u200bb:19559", r"the host 'a\\u200bb' holds an invisible character U\+200B$"),
+        ("a\xadb:19559", r"holds an invisible character U\+00AD$"),
+        ("a\u3000b:19559", r"holds an invisible character U\+3000$"),
     ],
 )
 def test_a_host_no_connection_can_use_is_refused(text: str, message: str) -> None:

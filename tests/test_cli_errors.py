@@ -55,6 +55,19 @@ def test_an_error_that_quotes_control_characters_stays_one_visible_line(
     assert "two\\x0alines\\x1b[2J.txt" in err
 
 
+def test_an_error_that_quotes_invisible_characters_shows_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Zero-width and format characters in a quoted name are escaped: the message shows
+    what was refused, not a name that looks like another."""
+    trace = tmp_path / "a\u200bb\xad\ufeff\U000e0041.txt"
+    trace.write_text("4 1\n1 0 1 0 1 1:x\n")
+    assert main(["simulate", "--workload", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert "a\\u200bb\\xad\\ufeff\\U000e0041.txt" in err
+    assert not any(char in err for char in "\u200b\xad\ufeff\U000e0041")
+
+
 def test_ctrl_c_while_the_commands_load_is_one_line_and_status_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
