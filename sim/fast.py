@@ -1,22 +1,18 @@
 """The fast flow model: the per-flow fluid answer, computed on merged flows by compiled kernels.
 
-Two things make the per-flow model (:class:`sim.engine.Simulation` with
-:mod:`sim.allocate`) slow on shuffle traces and under contention: its
-allocator loops over priority classes in Python, one numpy water-fill per
-class, and an even shuffle split leaves the flows into one reducer up to one
-byte apart, so they finish nanoseconds apart, one event each. This model:
+The per-flow model (:class:`sim.engine.Simulation` with :mod:`sim.allocate`)
+is slow on shuffle traces and under contention: its allocator loops over
+priority classes in Python, one numpy water-fill per class. This model:
 
 * allocates with :mod:`sim.kernels`, the same rules and arithmetic in machine
   code (strict priority between classes, per-flow max-min inside a class;
   MADD then backfill; greedy);
-* gives the flows of one coflow into one receiver whose sizes differ by
-  exactly one byte (the rounding of an even split) their mean size, so they
-  can finish together (no flow moves by more than one byte; the coflow's
-  bytes are unchanged, summed over the flows as given in both models);
 * keeps flows that are identical (same coflow, sender, receiver and size) in
   one entry of ``mult`` flows. Such flows get equal rates under every rule
   but greedy, so their entry never needs to split; greedy keeps one entry
-  per flow.
+  per flow. Flows of other sizes keep their own entries, even one byte apart
+  (an uneven shuffle split): given a common size they would finish together,
+  but the answer would no longer be the per-flow model's.
 
 An entry holds *per-flow* amounts (each of its flows' size, remaining bytes
 and rate), so each flow moves, and completes, by the very float operations
@@ -56,25 +52,14 @@ def merge_flows(
     """Entries for one coflow's fabric flows: (src port, dst port, bytes per flow, flows
     per entry, each flow's entry in ``network`` order).
 
-    Sizes into one receiver that differ by exactly one byte become their mean (equal
-    sizes stay as they are: a mean of a total past 2**53 bytes is not the size);
-    with ``merge``, identical flows then share one entry.
+    With ``merge``, identical flows share one entry.
     """
     if not network:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), np.zeros(0), empty.copy(), empty.copy()
     src = np.array([f.src_host for f in network], dtype=np.int64)
     dst = np.array([f.dst_host for f in network], dtype=np.int64)
-    size = np.array([f.size_bytes for f in network], dtype=np.int64)
-    receivers, group = np.unique(dst, return_inverse=True)
-    largest = np.full(len(receivers), np.iinfo(np.int64).min)
-    smallest = np.full(len(receivers), np.iinfo(np.int64).max)
-    np.maximum.at(largest, group, size)
-    np.minimum.at(smallest, group, size)
-    even = (largest - smallest == 1)[group]
-    total = np.bincount(group, size.astype(float), len(receivers))
-    count = np.bincount(group, minlength=len(receivers))
-    sizes = np.where(even, (total / count)[group], size.astype(float))
+    sizes = np.array([f.size_bytes for f in network], dtype=np.int64).astype(float)
     if not merge:
         flows = np.arange(len(src), dtype=np.int64)
         return src, num_hosts + dst, sizes, np.ones(len(src), dtype=np.int64), flows

@@ -136,6 +136,29 @@ def test_equal_flows_past_2_to_the_53_bytes_keep_their_size() -> None:
     assert_identical(fast, reference, "varys")
 
 
+@pytest.mark.parametrize("spec", SPECS)
+def test_flows_one_byte_apart_keep_their_sizes(spec: str) -> None:
+    """Flows of a coflow into one receiver one byte apart (an uneven split) used to take
+    their mean size: a coflow of 2- and 1-byte flows whose larger flow's sender is shared
+    ended a quarter earlier under fair sharing, and on a slow link with a busy sender the
+    coflows' times moved by milliseconds under every policy."""
+    tiny = one_stage_experiments(5, [[[(4, 0, 2), (3, 0, 1)]], [[(4, 2, 5 << 20)]]], 1e12)
+    split = Workload(
+        7,
+        1e3,
+        (
+            Experiment(
+                1, 0.0, (Stage(0, (TrialStage(0, 2, 0.0, (Flow(4, 1, 363), Flow(3, 1, 362))),)),)
+            ),
+            Experiment(5, 0.0, (Stage(0, (TrialStage(0, 1, 0.0, (Flow(4, 0, 21_165),)),)),)),
+        ),
+    )
+    for label, workload in (("tiny", tiny), ("slow link", split)):
+        for num_classes in (None, 3):
+            fast, reference = both(workload, spec, num_classes)
+            assert_identical(fast, reference, f"{spec} {label} classes {num_classes}")
+
+
 def test_a_coflow_total_past_2_to_the_53_bytes_is_the_per_flow_sum() -> None:
     """Twin trials of one stage, one with merged entries: their totals were summed over
     entries, rounded apart from the per-flow sum, and the twins (ranked by remaining
