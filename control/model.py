@@ -124,3 +124,25 @@ class Workload:
 
     def receiver_port(self, host: int) -> int:
         return self.num_hosts + host
+
+    def duplicate_id(self) -> str | None:
+        """An id used twice where it must name one thing (an experiment in the workload,
+        a stage in its experiment, a trial in its stage), or None. The readers refuse
+        such files; a workload built in code is checked by the simulator, whose coflows
+        are named by these ids."""
+        experiments: set[int] = set()
+        for experiment in self.experiments:
+            if experiment.experiment_id in experiments:
+                return f"experiment_id {experiment.experiment_id} is used twice"
+            experiments.add(experiment.experiment_id)
+            stages: set[int] = set()
+            for stage in experiment.stages:
+                where = f"experiment {experiment.experiment_id}"
+                if stage.stage_id in stages:
+                    return f"{where}: stage_id {stage.stage_id} is used twice"
+                stages.add(stage.stage_id)
+                trials = [trial.trial_id for trial in stage.trials]
+                if len(set(trials)) < len(trials):
+                    twice = next(t for t in trials if trials.count(t) > 1)
+                    return f"{where} stage {stage.stage_id}: trial_id {twice} is used twice"
+        return None

@@ -146,6 +146,9 @@ class Simulation:
         config: SimConfig | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
+        duplicate = workload.duplicate_id()
+        if duplicate is not None:
+            raise UserError(f"workload: {duplicate}")
         self.workload = workload
         self.policy = policy
         self._progress_thresholds = (

@@ -137,6 +137,38 @@ def test_a_ranking_that_omits_or_repeats_a_coflow_stops_the_run(
         simulate(workload, Faulty(), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+def test_a_workload_naming_two_things_by_one_id_is_refused_before_the_run(
+    flow_model: str,
+) -> None:
+    """Coflows are named by their experiment, stage and trial ids: two of one name used
+    to end the run blaming the policy ("ranked 1 of 2 coflows"). The readers refuse such
+    files; a workload built in code is refused by the simulator, naming the id."""
+    from control.errors import UserError
+
+    flows = (Flow(0, 1, 1_000_000),)
+    trial = TrialStage(0, 1, 0.0, flows)
+    cases = [
+        ((one_stage(3, flows), one_stage(3, flows)), "experiment_id 3 is used twice"),
+        (
+            (Experiment(4, 0.0, (Stage(0, (trial,)), Stage(0, (trial,)))),),
+            "experiment 4: stage_id 0 is used twice",
+        ),
+        (
+            (
+                Experiment(
+                    5, 0.0, (Stage(1, (trial, dataclasses.replace(trial, trial_id=2), trial)),)
+                ),
+            ),
+            "experiment 5 stage 1: trial_id 0 is used twice",
+        ),
+    ]
+    for experiments, message in cases:
+        workload = Workload(4, GBIT, experiments)
+        with pytest.raises(UserError, match=f"^workload: {message}$"):
+            simulate(workload, get_policy("fair"), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
+
+
 @contextlib.contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
     """Fail the test instead of hanging the suite if the run never ends."""
