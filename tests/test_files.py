@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from control import files
 from control.errors import UserError
 from control.files import (
     MAX_JSON_DEPTH,
@@ -152,6 +153,25 @@ def test_json_numbers_that_are_not_json_or_too_long_are_named(tmp_path: Path) ->
     path.write_bytes(b'{"a": 1,\n "b": "\xc3"}')
     with pytest.raises(UserError, match=r"w\.json:2: not UTF-8 text"):
         read_json(path)
+
+
+def test_a_text_file_is_refused_at_its_first_nul_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No text format of the project holds a NUL byte (it is valid UTF-8, so the decoder
+    let it through): a gigabyte of zeros was read whole, 18 s and 2 GB, before the
+    format's reader refused it. Now the first piece read refuses it."""
+    zeros = tmp_path / "zeros.json"
+    with zeros.open("wb") as handle:
+        handle.truncate(files.MAX_FILE_BYTES)  # sparse: a gigabyte of zeros on no disk
+    with pytest.raises(UserError, match=r"zeros\.json:1: not text \(a NUL byte at offset 0\)$"):
+        read_json(zeros)
+    # The line and offset count what came before, in earlier pieces too.
+    monkeypatch.setattr(files, "READ_CHUNK_BYTES", 3)
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"150 1\n\n1 0 1\x00 2")
+    with pytest.raises(UserError, match=r"late\.txt:3: not text \(a NUL byte at offset 12\)$"):
+        files.read_text(late)
 
 
 def test_every_user_file_is_read_only_when_it_is_a_regular_file_within_the_limit(
