@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import unicodedata
 
 from control.errors import UserError
 
@@ -47,12 +46,6 @@ def split_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int] | 
     return host, number
 
 
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
-"""Unicode categories of characters that show no glyph of their own: controls, format
-characters (zero-width, bidirectional marks), surrogates, private or unassigned code
-points, and spaces and separators."""
-
-
 def checked_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int]:
     """(host, port) of a ``HOST:PORT`` that can ever be connected to or listened on, or a
     UserError saying why not: a host with a space or a control character, or that the
@@ -64,7 +57,7 @@ def checked_hostport(text: str, *, allow_zero: bool = False) -> tuple[str, int]:
     host = hostport[0]
     if any(char <= " " or char == "\x7f" for char in host):
         raise UserError(f"{text!r}: the host {host!r} holds a space or a control character")
-    invisible = next((char for char in host if unicodedata.category(char) in _INVISIBLE), None)
+    invisible = next((char for char in host if not char.isprintable()), None)
     if invisible is not None:
         # The name codec drops some (U+200B, U+00AD), so 'a\u200bb' would be a second
         # spelling of 'ab' that no comparison of addresses sees.

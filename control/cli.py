@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -52,27 +51,22 @@ MAX_ERROR_CHARS = 2000
 literal), and a 2 MB line is no message."""
 
 
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-    "\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
-"""Control characters (C0, DEL, C1), line and paragraph separators, the marks that
-reorder text, and the format characters that show nothing (zero-width spaces and
-joiners, the soft hyphen, the byte order mark, tags): in a message they would break its
-one line, forge log lines, drive a terminal (clear it, retitle it), or hide what the
-message quotes."""
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _escape(char: str) -> str:
+    code = ord(char)
     if code <= 0xFF:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character written as its escape (``\\x1b``)."""
-    return _UNPRINTABLE.sub(_escape, text)
+    """``text`` with each character that is not printable written as its escape
+    (``\\x1b``): controls, line and paragraph separators, the marks that reorder text and
+    the format characters that show nothing (zero-width spaces, the soft hyphen, tags).
+    In a message they would break its one line, forge log lines, drive a terminal (clear
+    it, retitle it), or hide what the message quotes."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
 
 
 def shortened(message: str) -> str:
