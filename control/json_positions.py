@@ -106,6 +106,12 @@ def member_name(key: str) -> str:
     return f".{key}" if key.isascii() and key.isidentifier() else f"[{json.dumps(key)}]"
 
 
+def steps_name(path: JsonPath) -> str:
+    """How an error names the value at ``path`` after the document's own name: ``.a[0].b``,
+    each key by :func:`member_name`."""
+    return "".join(f"[{step}]" if isinstance(step, int) else member_name(step) for step in path)
+
+
 def _offset_of(text: str, path: JsonPath, of_key: bool) -> int:
     position = _skip(text, 0)
     for number, step in enumerate(path, 1):

@@ -26,7 +26,7 @@ import networkx as nx
 from control.addresses import checked_hostport, endpoint_keys
 from control.errors import UserError
 from control.files import parse_json, read_text
-from control.json_positions import JsonPath, line_of_path, member_name
+from control.json_positions import JsonPath, line_of_path, steps_name
 from workloads.limits import MAX_LINK_BPS, MIN_LINK_BPS
 
 MAX_PORT = 510
@@ -278,7 +278,7 @@ def load_topology(path: str | Path) -> Topology:
         return parse_topology(raw, source=str(path))
     except _FieldError as error:
         line = line_of_path(text, error.path, of_key=error.of_key)
-        raise UserError(f"{path}:{line}: {_named(error.field, error.detail)}") from None
+        raise UserError(f"{path}:{line}: {_named(error.path, error.detail)}") from None
 
 
 def parse_topology(raw: Any, source: str = "<topology>") -> Topology:
@@ -286,28 +286,23 @@ def parse_topology(raw: Any, source: str = "<topology>") -> Topology:
     return _Parser(source).parse(raw)
 
 
-_FIELD_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+def _field_name(path: JsonPath) -> str:
+    """How an error names the field at ``path``: ``links[2].port1`` (none for the document
+    itself)."""
+    return steps_name(path).removeprefix(".")
 
 
-def _field_path(field: str) -> JsonPath:
-    """The JSON path of a field the parser names (``links[2].port1``)."""
-    return tuple(name if name else int(index) for name, index in _FIELD_STEP.findall(field))
-
-
-def _named(field: str, detail: str) -> str:
+def _named(path: JsonPath, detail: str) -> str:
     """``detail`` behind the field it is about (none for the document itself)."""
-    return f"{field}: {detail}" if field else detail
+    return f"{_field_name(path)}: {detail}" if path else detail
 
 
 class _FieldError(UserError):
-    """A refused field of a topology document: its name, its place in the document
-    (for the line, when the text is at hand) and what is wrong."""
+    """A refused field of a topology document: its place in the document (named in the
+    message, and found in the text for the line) and what is wrong."""
 
-    def __init__(
-        self, source: str, field: str, path: JsonPath, detail: str, *, of_key: bool = False
-    ) -> None:
-        super().__init__(f"{source}: {_named(field, detail)}")
-        self.field = field
+    def __init__(self, source: str, path: JsonPath, detail: str, *, of_key: bool = False) -> None:
+        super().__init__(f"{source}: {_named(path, detail)}")
         self.path = path
         self.detail = detail
         self.of_key = of_key
@@ -315,81 +310,83 @@ class _FieldError(UserError):
 
 
 class _Parser:
+    """Reads the decoded document section by section; each reader takes the JSON path of
+    the value it reads, so that a refusal names the field and its line."""
+
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, field: str, message: str, unknown_key: str | None = None) -> UserError:
-        """The error for ``field``, or for the ``unknown_key`` of the object ``field``
-        names (a key may hold any character, so it is quoted where it is no plain name,
-        and its line is the key's)."""
-        if unknown_key is None:
-            return _FieldError(self.source, field, _field_path(field), message)
-        name = (field + member_name(unknown_key)).lstrip(".")
-        path = (*_field_path(field), unknown_key)
-        return _FieldError(self.source, name, path, message, of_key=True)
+    def fail(self, path: JsonPath, message: str, *, of_key: bool = False) -> UserError:
+        """The error for the value at ``path`` (for its key, with ``of_key``)."""
+        return _FieldError(self.source, path, message, of_key=of_key)
 
     # -- typed field readers --
 
-    def obj(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
+    def obj(self, value: Any, path: JsonPath, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail(field, f"expected an object, got {_kind(value)}")
+            raise self.fail(path, f"expected an object, got {_kind(value)}")
         unknown = sorted(set(value) - allowed)
         if unknown:
+            # A key may hold any character: its name is quoted where it is no plain name.
             raise self.fail(
-                field, f"unknown field (allowed: {', '.join(sorted(allowed))})", unknown[0]
+                (*path, unknown[0]),
+                f"unknown field (allowed: {', '.join(sorted(allowed))})",
+                of_key=True,
             )
         return value
 
-    def required(self, obj: Mapping[str, Any], key: str, field: str) -> Any:
+    def required(self, obj: Mapping[str, Any], path: JsonPath, key: str) -> Any:
+        """Member ``key`` of the object at ``path``."""
         if key not in obj:
-            raise self.fail(field, "missing required field")
+            raise self.fail((*path, key), "missing required field")
         return obj[key]
 
-    def string(self, value: Any, field: str) -> str:
+    def string(self, value: Any, path: JsonPath) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(field, f"expected a non-empty string, got {_kind(value)}")
+            raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
         return value
 
-    def integer(self, value: Any, field: str, low: int, high: int) -> int:
+    def integer(self, value: Any, path: JsonPath, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, f"expected an integer, got {_kind(value)}")
+            raise self.fail(path, f"expected an integer, got {_kind(value)}")
         if not low <= value <= high:
-            raise self.fail(field, f"{value} is out of range {low}..{high}")
+            raise self.fail(path, f"{value} is out of range {low}..{high}")
         return value
 
-    def node_name(self, value: Any, field: str) -> str:
-        name = self.string(value, field)
+    def node_name(self, value: Any, path: JsonPath) -> str:
+        name = self.string(value, path)
         if _NAME_RE.fullmatch(name) is None:
             raise self.fail(
-                field,
+                path,
                 f"{name!r} is not a valid node name (a letter, then up to 14 letters, "
                 "digits, '_' or '-')",
             )
         return name
 
-    def listing(self, value: Any, field: str, non_empty: bool) -> list[Any]:
+    def listing(self, value: Any, path: JsonPath, non_empty: bool) -> list[Any]:
         if not isinstance(value, list):
-            raise self.fail(field, f"expected a list, got {_kind(value)}")
+            raise self.fail(path, f"expected a list, got {_kind(value)}")
         if non_empty and not value:
-            raise self.fail(field, "must not be empty")
+            raise self.fail(path, "must not be empty")
         return value
 
-    def sized(self, value: Any, field: str, limit: int) -> list[Any]:
-        items = self.listing(value, field, non_empty=True)
+    def sized(self, value: Any, path: JsonPath, limit: int) -> list[Any]:
+        items = self.listing(value, path, non_empty=True)
         if len(items) > limit:
-            raise self.fail(field, f"{len(items):,} {field}, more than the limit of {limit:,}")
+            noun = _field_name(path)
+            raise self.fail(path, f"{len(items):,} {noun}, more than the limit of {limit:,}")
         return items
 
     # -- sections --
 
     def parse(self, raw: Any) -> Topology:
-        top = self.obj(raw, "", _TOP_KEYS)
-        name = self.string(self.required(top, "name", "name"), "name")
+        top = self.obj(raw, (), _TOP_KEYS)
+        name = self.string(self.required(top, (), "name"), ("name",))
         if "description" in top and not isinstance(top["description"], str):
-            raise self.fail("description", f"expected a string, got {_kind(top['description'])}")
-        switches = self.switches(self.required(top, "switches", "switches"))
-        hosts = self.hosts(self.required(top, "hosts", "hosts"), {s.name for s in switches})
-        links = self.links(self.required(top, "links", "links"), switches, hosts)
+            raise self.fail(("description",), f"expected a string, got {_kind(top['description'])}")
+        switches = self.switches(self.required(top, (), "switches"))
+        hosts = self.hosts(self.required(top, (), "hosts"), {s.name for s in switches})
+        links = self.links(self.required(top, (), "links"), switches, hosts)
         topology = Topology(name, tuple(switches), tuple(hosts), tuple(links), self.source)
         self.check_connected(topology)
         return topology
@@ -398,89 +395,86 @@ class _Parser:
         specs: list[SwitchSpec] = []
         names: dict[str, int] = {}
         addresses: dict[tuple[str, int], int] = {}
-        for index, item in enumerate(self.sized(value, "switches", MAX_SWITCHES)):
-            field = f"switches[{index}]"
-            obj = self.obj(item, field, _SWITCH_KEYS)
-            name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
+        for index, item in enumerate(self.sized(value, ("switches",), MAX_SWITCHES)):
+            at: JsonPath = ("switches", index)
+            obj = self.obj(item, at, _SWITCH_KEYS)
+            name = self.node_name(self.required(obj, at, "name"), (*at, "name"))
             if name in names:
-                raise self.fail(
-                    f"{field}.name", f"duplicate name {name!r} (switches[{names[name]}])"
-                )
+                raise self.fail((*at, "name"), f"duplicate name {name!r} (switches[{names[name]}])")
             names[name] = index
             device_id = self.integer(
-                self.required(obj, "device_id", f"{field}.device_id"),
-                f"{field}.device_id",
-                0,
-                2**64 - 1,
+                self.required(obj, at, "device_id"), (*at, "device_id"), 0, 2**64 - 1
             )
-            addr_field = f"{field}.grpc_addr"
-            grpc_addr = self.string(self.required(obj, "grpc_addr", addr_field), addr_field)
+            addr_at = (*at, "grpc_addr")
+            grpc_addr = self.string(self.required(obj, at, "grpc_addr"), addr_at)
             # Compared as the sockets they reach: 'localhost:9559' after '127.0.0.1:9559'
             # would leave the second switch a backup of the first for ever.
-            keys = endpoint_keys(*self.address(grpc_addr, addr_field))
+            keys = endpoint_keys(*self.address(grpc_addr, addr_at))
             clashes = [addresses[key] for key in keys if key in addresses]
             if clashes:
                 other = specs[min(clashes)].grpc_addr
                 shown = "" if other == grpc_addr else f" ({other})"
                 raise self.fail(
-                    addr_field,
-                    f"{grpc_addr} is already used by switches[{min(clashes)}]{shown}",
+                    addr_at, f"{grpc_addr} is already used by switches[{min(clashes)}]{shown}"
                 )
             addresses.update(dict.fromkeys(keys, index))
             thrift_port = None
             if obj.get("thrift_port") is not None:
-                thrift_port = self.integer(obj["thrift_port"], f"{field}.thrift_port", 1, 65535)
+                thrift_port = self.integer(obj["thrift_port"], (*at, "thrift_port"), 1, 65535)
             target: Target | None = None
             if obj.get("target") is not None:
                 if obj["target"] not in ("embedded", "bmv2"):
                     raise self.fail(
-                        f"{field}.target", f"{obj['target']!r} is not one of 'embedded', 'bmv2'"
+                        (*at, "target"), f"{obj['target']!r} is not one of 'embedded', 'bmv2'"
                     )
                 target = obj["target"]
             specs.append(SwitchSpec(name, device_id, grpc_addr, thrift_port, target))
         return specs
 
-    def address(self, text: str, field: str) -> tuple[str, int]:
+    def address(self, text: str, path: JsonPath) -> tuple[str, int]:
         """Host and port of a ``HOST:PORT`` gRPC can ever connect to: otherwise the
         controller would retry it for ever, and a newline in it would split its log lines."""
         try:
             return checked_hostport(text)
         except UserError as error:
-            raise self.fail(field, str(error)) from None
+            raise self.fail(path, str(error)) from None
 
     def hosts(self, value: Any, switch_names: set[str]) -> list[HostSpec]:
         specs: list[HostSpec] = []
         names: dict[str, int] = {}
         ips: dict[ipaddress.IPv4Address, int] = {}
         macs: dict[str, int] = {}
-        for index, item in enumerate(self.sized(value, "hosts", MAX_HOSTS)):
-            field = f"hosts[{index}]"
-            obj = self.obj(item, field, _HOST_KEYS)
-            name = self.node_name(self.required(obj, "name", f"{field}.name"), f"{field}.name")
+        for index, item in enumerate(self.sized(value, ("hosts",), MAX_HOSTS)):
+            at: JsonPath = ("hosts", index)
+            obj = self.obj(item, at, _HOST_KEYS)
+            name_at = (*at, "name")
+            name = self.node_name(self.required(obj, at, "name"), name_at)
             if name in switch_names:
-                raise self.fail(f"{field}.name", f"{name!r} is already the name of a switch")
+                raise self.fail(name_at, f"{name!r} is already the name of a switch")
             if name in names:
-                raise self.fail(f"{field}.name", f"duplicate name {name!r} (hosts[{names[name]}])")
+                raise self.fail(name_at, f"duplicate name {name!r} (hosts[{names[name]}])")
             names[name] = index
-            ip_text = self.string(self.required(obj, "ip", f"{field}.ip"), f"{field}.ip")
+            ip_at = (*at, "ip")
+            ip_text = self.string(self.required(obj, at, "ip"), ip_at)
             try:
                 ip = ipaddress.IPv4Address(ip_text)
             except ValueError:
-                raise self.fail(f"{field}.ip", f"{ip_text!r} is not an IPv4 address") from None
+                raise self.fail(ip_at, f"{ip_text!r} is not an IPv4 address") from None
             if ip in ips:
-                raise self.fail(f"{field}.ip", f"{ip} is already used by hosts[{ips[ip]}]")
+                raise self.fail(ip_at, f"{ip} is already used by hosts[{ips[ip]}]")
             ips[ip] = index
-            prefix_len = self.integer(obj.get("prefix_len", 24), f"{field}.prefix_len", 1, 32)
+            prefix_len = self.integer(obj.get("prefix_len", 24), (*at, "prefix_len"), 1, 32)
             problem = _not_a_host_address(ip, prefix_len)
             if problem is not None:
-                raise self.fail(f"{field}.ip", f"{ip} is {problem}; a host needs a unicast address")
-            mac = self.string(self.required(obj, "mac", f"{field}.mac"), f"{field}.mac").lower()
+                raise self.fail(ip_at, f"{ip} is {problem}; a host needs a unicast address")
+            mac_at = (*at, "mac")
+            mac = self.string(self.required(obj, at, "mac"), mac_at).lower()
             if _MAC_RE.fullmatch(mac) is None:
-                raise self.fail(f"{field}.mac", f"{mac!r} is not a MAC address aa:bb:cc:dd:ee:ff")
+                raise self.fail(mac_at, f"{mac!r} is not a MAC address aa:bb:cc:dd:ee:ff")
             if int(mac[:2], 16) & 1:
-                raise self.fail(f"{field}.mac", f"{mac} is a multicast address")
+                raise self.fail(mac_at, f"{mac} is a multicast address")
             if mac in macs:
-                raise self.fail(f"{field}.mac", f"{mac} is already used by hosts[{macs[mac]}]")
+                raise self.fail(mac_at, f"{mac} is already used by hosts[{macs[mac]}]")
             macs[mac] = index
             specs.append(HostSpec(name, ip, prefix_len, mac))
         return specs
@@ -493,21 +487,19 @@ class _Parser:
         used_ports: dict[tuple[str, int], int] = {}
         host_links: dict[str, int] = {}
         specs: list[LinkSpec] = []
-        for index, item in enumerate(self.listing(value, "links", non_empty=True)):
-            field = f"links[{index}]"
-            obj = self.obj(item, field, _LINK_KEYS)
+        for index, item in enumerate(self.listing(value, ("links",), non_empty=True)):
+            at: JsonPath = ("links", index)
+            obj = self.obj(item, at, _LINK_KEYS)
             ends: list[Endpoint] = []
             for side in ("1", "2"):
-                node_field = f"{field}.node{side}"
-                node = self.string(self.required(obj, f"node{side}", node_field), node_field)
-                port_field = f"{field}.port{side}"
+                node_at = (*at, f"node{side}")
+                node = self.string(self.required(obj, at, f"node{side}"), node_at)
+                port_at = (*at, f"port{side}")
                 if node in switch_names:
-                    port = self.integer(
-                        self.required(obj, f"port{side}", port_field), port_field, 0, MAX_PORT
-                    )
+                    port = self.integer(self.required(obj, at, f"port{side}"), port_at, 0, MAX_PORT)
                     if (node, port) in used_ports:
                         raise self.fail(
-                            port_field,
+                            port_at,
                             f"port {port} of {node} is already used by "
                             f"links[{used_ports[node, port]}]",
                         )
@@ -515,36 +507,35 @@ class _Parser:
                     ends.append(Endpoint(node, port))
                 elif node in host_names:
                     if obj.get(f"port{side}") is not None:
-                        raise self.fail(port_field, f"{node} is a host; hosts have one interface")
+                        raise self.fail(port_at, f"{node} is a host; hosts have one interface")
                     if node in host_links:
                         raise self.fail(
-                            node_field,
+                            node_at,
                             f"host {node} already has a link (links[{host_links[node]}]); "
                             "hosts have one interface",
                         )
                     host_links[node] = index
                     ends.append(Endpoint(node, None))
                 else:
-                    raise self.fail(node_field, f"unknown node {node!r}")
+                    raise self.fail(node_at, f"unknown node {node!r}")
             if ends[0].node == ends[1].node:
-                raise self.fail(field, f"links {ends[0].node} to itself")
+                raise self.fail(at, f"links {ends[0].node} to itself")
             if ends[0].port is None and ends[1].port is None:
-                raise self.fail(field, "links two hosts; a host must connect to a switch")
+                raise self.fail(at, "links two hosts; a host must connect to a switch")
             rate: float | None = None
             if obj.get("rate_mbps") is not None:
+                rate_at = (*at, "rate_mbps")
                 rate_value = obj["rate_mbps"]
                 if (
                     isinstance(rate_value, bool)
                     or not isinstance(rate_value, int | float)
                     or not rate_value > 0
                 ):
-                    raise self.fail(
-                        f"{field}.rate_mbps", f"expected a positive number, got {rate_value!r}"
-                    )
+                    raise self.fail(rate_at, f"expected a positive number, got {rate_value!r}")
                 # Compared as given: a huge integer does not convert to a float.
                 if not MIN_LINK_BPS / 1e6 <= rate_value <= MAX_LINK_BPS / 1e6:
                     raise self.fail(
-                        f"{field}.rate_mbps",
+                        rate_at,
                         f"{rate_value!r} is out of range {MIN_LINK_BPS / 1e6:g}.."
                         f"{MAX_LINK_BPS / 1e6:g} (Mbit/s)",
                     )
@@ -552,7 +543,7 @@ class _Parser:
             specs.append(LinkSpec(ends[0], ends[1], rate))
         for host in hosts:
             if host.name not in host_links:
-                raise self.fail("links", f"host {host.name} has no link")
+                raise self.fail(("links",), f"host {host.name} has no link")
         return specs
 
     def check_connected(self, topology: Topology) -> None:
@@ -563,7 +554,7 @@ class _Parser:
         )
         if len(components) > 1:
             raise self.fail(
-                "links",
+                ("links",),
                 "the network is not connected: "
                 + " | ".join(", ".join(component) for component in components),
             )

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from control.errors import UserError
 from control.files import atomic_write_text, parse_json
-from control.json_positions import JsonPath, line_of_path, member_name
+from control.json_positions import JsonPath, line_of_path, steps_name
 from control.model import Experiment, Flow, Stage, TrialStage, Workload, kind_problem
 from workloads.files import read_text
 from workloads.limits import (
@@ -204,9 +204,7 @@ def loads(text: str, source: str = "<string>") -> Workload:
 def _path_name(path: JsonPath) -> str:
     """``$.a[0].b``; a key that is not a plain name (``meta`` takes any) is quoted
     (:func:`control.json_positions.member_name`)."""
-    return "$" + "".join(
-        f"[{step}]" if isinstance(step, int) else member_name(step) for step in path
-    )
+    return "$" + steps_name(path)
 
 
 # -- validation -------------------------------------------------------------
