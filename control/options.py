@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
+from control.files import file_path
 
 T = TypeVar("T", bound=Hashable)
 
@@ -93,8 +94,12 @@ def refuse_repeats(values: Iterable[T], what: str, show: Callable[[T], str] = re
 
 
 def path_option(text: str) -> Path:
-    """A path option (argparse ``type``): an empty path would be read as ``.``, the
-    current directory, and refused as a directory without naming the option."""
+    """A file option (argparse ``type``): an empty path would be read as ``.``, the
+    current directory, and refused as a directory without naming the option; a path
+    ending in ``/`` is no file's (:func:`control.files.file_path`)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path")
-    return Path(text)
+    try:
+        return file_path(text)
+    except UserError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, TypeGuard
 import yaml
 
 from control.errors import UserError
-from control.files import parse_json, read_bytes, read_text, text_bytes
+from control.files import file_path, parse_json, read_bytes, read_text, text_bytes
 from control.policies import POLICIES
 from control.policies.spec import parse_policy_list, policy_from_spec
 from control.quantize import STRATEGIES, Strategy
@@ -802,7 +802,7 @@ class _Context:
         if value == "fb2010":
             name, path = value, default_trace_path()
         else:
-            path = (self.directory / value).absolute()
+            path = (self.directory / file_path(value)).absolute()
             name = str(path)
         if name not in self.workloads:
             from workloads.loader import load_workload

@@ -458,3 +458,33 @@ def test_a_sweep_over_a_file_name_that_is_no_utf8_writes_its_reports(
     assert "\\udcff.json," in (out / "f.csv").read_text(encoding="utf-8")
     assert "\\udcff.json" in (out / "table.md").read_text(encoding="utf-8")
     assert (out / "f.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "--policies", "fair", "--workload", "{file}/"],
+        ["workload", "show", "{file}/"],
+        ["workload", "offline", "{file}/", "--out", "{out}"],
+        ["workload", "generate", "--out", "{out}/"],
+        ["controller", "--policy", "beamer", "--topo", "{file}/"],
+        ["sweep", "{grid}", "--out", "{out}"],
+    ],
+    ids=["simulate", "workload-show", "offline-trace", "generate-out", "topology", "grid"],
+)
+def test_a_file_name_ending_in_a_slash_is_refused_not_read_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """``Path`` drops a final ``/``, so ``w.json/`` read (or wrote) ``w.json``, which the
+    system refuses as a file ("Not a directory")."""
+    file = tmp_path / "w.json"
+    file.write_bytes(TINY_WORKLOAD.read_bytes())
+    out = tmp_path / "out.json"
+    grid = tmp_path / "g.yaml"
+    grid.write_text(GRID.format(seeds="[1]", workload=f'"{file}/"'), encoding="utf-8")
+    argv = [part.format(file=file, out=out, grid=grid) for part in command]
+    status, err = run(argv, capsys)
+    assert status == 2
+    named = str(out) if command[1] == "generate" else str(file)
+    assert f"{named}/: not a file name (it ends in '/', which names a directory)" in one_line(err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["g.yaml", "w.json"]

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from control.errors import UserError
+from control.files import file_path
 from control.model import Workload
 from workloads import coflow_benchmark, hp_tuning, json_format
 from workloads.files import read_text
@@ -47,7 +48,7 @@ def load_workload(
     if spec == "fb2010":
         workload = read_file(coflow_benchmark.default_trace_path())
     else:
-        workload = read_file(Path(spec))
+        workload = read_file(file_path(spec))
     return workload if load is None else rescale_to_load(workload, load)
 
 
