@@ -476,20 +476,39 @@ def output_file(target: Path) -> Path:
     return resolved
 
 
+def output_file_ready(target: Path) -> Path:
+    """:func:`output_file`, with its directory shown to take a new file: for a command whose
+    one output comes after seconds of work, so that a path that cannot be written is
+    refused before the work rather than after it."""
+    resolved = output_file(target)
+    if resolved is target:
+        problem = _directory_problem(target.parent)
+        if problem is not None:
+            raise UserError(f"{target}: cannot write: its directory {target.parent}{problem}")
+    return resolved
+
+
 def _check_link_directory(link: Path, directory: Path) -> None:
     """Refuse ``link`` unless ``directory``, where its file is, takes a new file."""
+    problem = _directory_problem(directory)
+    if problem is not None:
+        raise UserError(f"{link}: cannot write: it links into {directory}{problem}")
+
+
+def _directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` takes no new file (tried with one made and removed), if it does not:
+    the end of a sentence that names it."""
     if not os.path.isdir(directory):
-        problem = "is not a directory" if os.path.lexists(directory) else "does not exist"
-        raise UserError(f"{link}: cannot write: it links into {directory}, which {problem}")
+        if os.path.lexists(directory):
+            return ", which is not a directory"
+        return ", which does not exist"
     try:
         fd, name = tempfile.mkstemp(dir=directory, prefix=".probe.", suffix=".tmp")
         os.close(fd)
         os.unlink(name)
     except OSError as error:
-        raise UserError(
-            f"{link}: cannot write: it links into {directory}, where no file can be made "
-            f"({error.strerror or error})"
-        ) from None
+        return f", where no file can be made ({error.strerror or error})"
+    return None
 
 
 def _staged(target: Path, write: Callable[[Path], object]) -> Path:

@@ -512,3 +512,33 @@ def test_offline_of_a_json_workload_says_so(
         "Coflow-Benchmark trace\n"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["to-trace", "offline"])
+@pytest.mark.parametrize("kind", ["missing-directory", "directory", "device", "file-as-directory"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    kind: str,
+) -> None:
+    """Converting the whole trace takes seconds: a bad ``--out`` found after it cost them."""
+    import workloads.cli
+
+    def no_work(*_args: object, **_kwargs: object) -> None:
+        pytest.fail("the work started before the output was checked")
+
+    monkeypatch.setattr(workloads.cli, "load_workload", no_work)
+    monkeypatch.setattr(workloads.cli, "read_text", no_work)
+    (tmp_path / "file").write_text("x")
+    out = {
+        "missing-directory": tmp_path / "nowhere" / "t.txt",
+        "directory": tmp_path,
+        "device": Path("/dev/null"),
+        "file-as-directory": tmp_path / "file" / "t.txt",
+    }[kind]
+    assert main(["workload", command, "fb2010", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"beamer: error: {out}: cannot write")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]

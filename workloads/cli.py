@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
+from control.files import output_file_ready
 from control.interrupts import terminations_unwind
 from control.options import integer, number, path_option, seed
 from workloads import coflow_benchmark, json_format
@@ -299,6 +300,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _to_trace(args: argparse.Namespace) -> int:
+    output_file_ready(args.out)  # before the conversion: seconds on the whole trace
     workload = load_workload(args.workload)
     try:
         text = coflow_benchmark.dumps(workload)
@@ -320,6 +322,7 @@ def _to_trace(args: argparse.Namespace) -> int:
 def _offline(args: argparse.Namespace) -> int:
     if args.max_flows is not None and args.max_flows < 1:
         raise UserError(f"--max-flows: must be at least 1, not {args.max_flows}")
+    output_file_ready(args.out)
     path = coflow_benchmark.default_trace_path() if args.trace == "fb2010" else Path(args.trace)
     source = read_text(path)
     if looks_like_json(source):
