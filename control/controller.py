@@ -900,8 +900,12 @@ class Controller(EventHandler):
             else None
         )
         if self.journal is not None:
-            self.journal.check_writable()
-            self._replay(self.journal)
+            try:
+                self.journal.check_writable()
+                self._replay(self.journal)
+            except BaseException:
+                self.journal.abandon()
+                raise
 
     def _replay(self, journal: EventJournal) -> None:
         """Rebuild the schedule from the journal before any switch is touched."""

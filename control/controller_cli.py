@@ -28,6 +28,7 @@ from control.errors import UserError
 from control.events import (
     REQUEST_TIMEOUT_S,
     EventClient,
+    EventHandler,
     EventServer,
     ServerLimits,
     client_address,
@@ -179,6 +180,11 @@ def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> Pipeline
 
 # --- commands -----------------------------------------------------------------------------
 
+MIN_SECONDS = 0.001
+"""The shortest interval, budget or timeout the controller takes: a nanosecond would read
+counters without pause, set every switch lagging, or time every request out."""
+MAX_SECONDS = 3600
+
 
 def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -188,12 +194,13 @@ def run_controller(args: argparse.Namespace) -> int:
         election_id = parse_election_id(args.election_id)
     except ValueError as error:
         raise UserError(f"--election-id: {error}") from None
-    if not 0 < args.events_timeout <= 3600:
-        raise UserError(f"--events-timeout: {args.events_timeout} is not in (0, 3600] seconds")
-    if not 0 < args.write_budget <= 3600:
-        raise UserError(f"--write-budget: {args.write_budget} is not in (0, 3600] seconds")
-    if not 0 < args.counter_interval <= 3600:
-        raise UserError(f"--counter-interval: {args.counter_interval} is not in (0, 3600] seconds")
+    for option, seconds in (
+        ("--events-timeout", args.events_timeout),
+        ("--write-budget", args.write_budget),
+        ("--counter-interval", args.counter_interval),
+    ):
+        if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+            raise UserError(f"{option}: {seconds} is not in [{MIN_SECONDS}, {MAX_SECONDS}] seconds")
     check_events_options(args)
     topology = load_topology(args.topo)
     if args.events_socket is not None:
@@ -220,12 +227,19 @@ def run_controller(args: argparse.Namespace) -> int:
         write_budget_s=args.write_budget,
         journal_path=args.journal,
     )
-    controller = Controller(
-        config, policy, assign, policy_factory=lambda: policy_from_spec(args.policy)
-    )
     limits = ServerLimits(request_timeout_s=args.events_timeout)
     raise_open_files_limit(limits.max_connections + 256)
-    server = EventServer(controller, args.events_addr, socket_path, limits)
+    # Listening first: an address in use is refused before the controller takes its
+    # journal's lock (a file it would leave behind). Nothing is served before start().
+    server = EventServer(EventHandler(), args.events_addr, socket_path, limits)
+    try:
+        controller = Controller(
+            config, policy, assign, policy_factory=lambda: policy_from_spec(args.policy)
+        )
+    except BaseException:
+        server.stop()
+        raise
+    server.handler = controller
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

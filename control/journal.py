@@ -66,6 +66,8 @@ class EventJournal:
         self.hosts = list(hosts) if hosts is not None else None
         self.lock_path = Path(os.path.realpath(path) + ".lock")
         self._lock_fd: int | None = None
+        self._made_lock = False
+        """This controller made ``JOURNAL.lock`` (see :meth:`abandon`)."""
         self._kept: list[tuple[int, str]] = []
         self._torn_at: int | None = None
         """Where a line whose write failed began, when it could not be cut off then."""
@@ -73,15 +75,16 @@ class EventJournal:
     def check_writable(self) -> None:
         """Fail at start-up, not at the first event: the file must open for appending and
         its directory must take the temporary file of a rewrite. Then take the lock, so
-        a second controller on this journal stops here."""
-        if os.path.lexists(self.path):
-            try:
-                output_file(self.path)  # a FIFO would block the open, a device take no file
-            except UserError as error:
-                raise UserError(f"cannot keep the event journal: {error}") from None
+        a second controller on this journal stops here. A journal not there yet is made
+        by the first event, not here: a controller that stops before it leaves none."""
         try:
-            with self.path.open("a", encoding="utf-8"):
-                pass
+            if os.path.lexists(self.path):
+                try:
+                    output_file(self.path)  # a FIFO would block the open, a device take no file
+                except UserError as error:
+                    raise UserError(f"cannot keep the event journal: {error}") from None
+                with self.path.open("a", encoding="utf-8"):
+                    pass
             with tempfile.NamedTemporaryFile(dir=self.path.parent, prefix=f".{self.path.name}."):
                 pass
         except OSError as error:
@@ -101,7 +104,12 @@ class EventJournal:
         try:
             # Not through a link, and only a regular file: the pid is written into it.
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-            fd = os.open(self.lock_path, flags, 0o644)
+            try:
+                fd = os.open(self.lock_path, flags | os.O_EXCL, 0o644)
+                made = True
+            except FileExistsError:
+                fd = os.open(self.lock_path, flags, 0o644)
+                made = False
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise OSError(errno.EINVAL, "not a regular file")
@@ -131,6 +139,16 @@ class EventJournal:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
+        self._made_lock = made
+
+    def abandon(self) -> None:
+        """Release the lock of a controller that refuses to start, and remove the lock file
+        if this controller made it: a refused start leaves nothing beside the user's file.
+        The file goes while the lock is held, so no controller waits on it."""
+        if self._lock_fd is not None and self._made_lock:
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock_path)
+        self.close()
 
     def close(self) -> None:
         """Release the lock (on stop); the lock file stays for the next controller."""

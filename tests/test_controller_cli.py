@@ -54,11 +54,11 @@ def test_bad_arguments_are_one_line_errors(
     assert err.splitlines() == [
         f"beamer: error: policy {spec!r}: tail_power=0.5 is not a number from 1 to 10"
     ]
-    for option in ("--counter-interval", "--write-budget"):
-        for seconds in ("0", "-1", "nan", "inf", "1e300"):
+    for option in ("--counter-interval", "--write-budget", "--events-timeout"):
+        for seconds in ("0", "-1", "nan", "inf", "1e300", "1e-9", "1e-320", "0.0009"):
             argv = ["controller", "--topo", topo, "--policy", "fair", option, seconds]
             assert main(argv) == 2
-            assert f"{option}: {float(seconds)} is not in (0, 3600] seconds" in (
+            assert f"{option}: {float(seconds)} is not in [0.001, 3600] seconds" in (
                 capsys.readouterr().err
             )
     assert main(["status", "--events-socket", str(tmp_path / "absent.sock")]) == 2

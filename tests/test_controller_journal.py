@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -121,6 +122,43 @@ def test_a_journal_that_is_no_regular_file_stops_the_controller_at_start(
         "is a FIFO (named pipe)"
     ]
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_start_refused_for_its_events_address_leaves_no_journal_or_lock(
+    tmp_path: Path,
+) -> None:
+    """The address is taken before the journal: a refused start has nothing to keep, and
+    left an empty journal and its lock file behind."""
+    journal = tmp_path / "events.jsonl"
+    topo = write_topology(tmp_path, "127.0.0.1:1")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        extra = ["--journal", str(journal), "--events-addr", f"127.0.0.1:{port}"]
+        result = subprocess.run(
+            controller_argv(topo, tmp_path / "c.sock", extra=extra),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"beamer: error: events API: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["topo.json"]
+
+
+def test_a_file_that_is_no_journal_is_refused_and_nothing_is_left_beside_it(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a journal\n")
+    (line,) = _refused_at_start(tmp_path, notes)
+    assert line.startswith(f"beamer: error: {notes}:1: ")
+    assert notes.read_text() == "not a journal\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "topo.json"]
 
 
 def test_a_torn_last_record_is_dropped_with_a_warning(
