@@ -511,6 +511,10 @@ def _import_ray() -> Any:
 
 
 RAY_PROBE_TIMEOUT_S = 5.0
+RAY_HEAD_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A call every Ray head's GCS answers (Ray's first call on connecting)."""
+RAY_CLIENT_METHOD = "/ray.rpc.RayletDriver/ClusterInfo"
+"""A call every Ray Client server answers."""
 RAY_CLIENT_SCHEME = "ray://"
 """``ray://HOST:PORT`` names a Ray Client server (Ray's other way into a cluster); every
 other scheme Ray would take apart itself, with errors of several lines."""
@@ -551,12 +555,26 @@ def _check_reachable(address: str) -> None:
     channel = grpc.insecure_channel(address.removeprefix(RAY_CLIENT_SCHEME))
     try:
         wait_until_ready(channel, RAY_PROBE_TIMEOUT_S)
+        # Another gRPC server would have Ray retry for half a minute, logging each try.
+        client = address.startswith(RAY_CLIENT_SCHEME)
+        method = RAY_CLIENT_METHOD if client else RAY_HEAD_METHOD
+        try:
+            channel.unary_unary(method)(b"", timeout=RAY_PROBE_TIMEOUT_S)
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                what = "a Ray Client server" if client else "a Ray head"
+                raise UserError(
+                    f"--ray-address {address}: a gRPC server answers there, but it has "
+                    f"no {method}: not {what}"
+                ) from None
+            # Any other answer (Ray's own refusal of an empty request) is left to Ray.
     except grpc.FutureTimeoutError:
         raise UserError(
             f"--ray-address {address}: something listens there but does not speak gRPC "
             f"within {RAY_PROBE_TIMEOUT_S:g} s: not a Ray head"
         ) from None
-    channel.close()
+    finally:
+        channel.close()
 
 
 def _ray_outcomes(

@@ -74,6 +74,36 @@ def test_a_listener_that_is_not_a_ray_head_is_refused_quickly(
 
 
 @pytest.mark.parametrize(
+    ("scheme", "method", "what"),
+    [
+        ("", "/ray.rpc.NodeInfoGcsService/GetClusterId", "a Ray head"),
+        ("ray://", "/ray.rpc.RayletDriver/ClusterInfo", "a Ray Client server"),
+    ],
+)
+def test_a_grpc_server_that_is_not_ray_is_refused_in_one_line(
+    scheme: str, method: str, what: str
+) -> None:
+    """Ray retried such a server for half a minute and logged twenty lines."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        address = f"{scheme}127.0.0.1:{port}"
+        with pytest.raises(UserError) as refused:
+            _check_reachable(address)
+        assert str(refused.value) == (
+            f"--ray-address {address}: a gRPC server answers there, but it has no {method}: "
+            f"not {what}"
+        )
+    finally:
+        server.stop(grace=None)
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("127.0.0.1\n:19559", r"the host '127\.0\.0\.1\\n' holds a space or a control character"),
