@@ -117,9 +117,11 @@ def check_bmv2_files(args: argparse.Namespace, topology: Topology) -> None:
     """p4c's outputs, when a switch runs on BMv2 (``--target bmv2`` or a switch's own
     ``target``), read and parsed as the controller will read them: the controller starts
     only once the network and the switches are up, too late for a missing or broken file."""
-    from control.controller_cli import bmv2_artifacts
+    from control.controller_cli import bmv2_artifacts, refuse_unused_bmv2_files
 
-    if all((switch.target or args.target) != "bmv2" for switch in topology.switches):
+    targets = {switch.target or args.target for switch in topology.switches}
+    refuse_unused_bmv2_files(args.bmv2_json, args.p4info, targets)
+    if "bmv2" not in targets:
         return
     if args.bmv2_json is None or args.p4info is None:
         raise UserError("a BMv2 switch needs --bmv2-json and --p4info (outputs of p4c)")

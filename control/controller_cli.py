@@ -162,6 +162,22 @@ def embedded_artifacts(p4_path: Path) -> PipelineArtifacts:
     return PipelineArtifacts(program.p4info, program.device_config())
 
 
+def refuse_unused_bmv2_files(
+    bmv2_json: Path | None, p4info: Path | None, targets: set[Target]
+) -> None:
+    """``--bmv2-json`` and ``--p4info`` serve switches on BMv2 only: given for a network
+    with none, they were ignored without a word, and a mistaken ``--target`` or path
+    went unseen."""
+    if "bmv2" in targets:
+        return
+    for option, value in (("--bmv2-json", bmv2_json), ("--p4info", p4info)):
+        if value is not None:
+            raise UserError(
+                f"{option}: no switch runs on BMv2 (give --target bmv2, or a switch "
+                'its "target": "bmv2" in the topology)'
+            )
+
+
 def bmv2_artifacts(json_path: Path | None, p4info_path: Path | None) -> PipelineArtifacts:
     if json_path is None or p4info_path is None:
         raise UserError(
@@ -209,6 +225,7 @@ def run_controller(args: argparse.Namespace) -> int:
         ensure_private_dir(default_socket_dir())
         socket_path = default_socket_path()
     targets: set[Target] = {s.target or args.target for s in topology.switches}
+    refuse_unused_bmv2_files(args.bmv2_json, args.p4info, targets)
     artifacts: dict[Target, PipelineArtifacts] = {}
     if "embedded" in targets:
         artifacts["embedded"] = embedded_artifacts(args.p4)

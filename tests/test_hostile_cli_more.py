@@ -300,6 +300,37 @@ def test_a_topology_with_a_bmv2_switch_needs_p4cs_outputs(tmp_path: Path) -> Non
         check_bmv2_files(args, topology)
 
 
+@pytest.mark.parametrize("option", ["--bmv2-json", "--p4info"])
+@pytest.mark.parametrize("command", ["controller", "emulate", "tune"])
+def test_bmv2_files_for_a_network_without_bmv2_switches_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    command: str,
+    option: str,
+) -> None:
+    """They were ignored without a word: a wrong path, or a forgotten ``--target bmv2``,
+    went unseen (and the run went on with the embedded switch)."""
+    import control.controller_cli
+    from bmv2_topos.cli import DEFAULT_TOPOLOGY
+
+    def started(*args: object, **kwargs: object) -> None:
+        pytest.fail("the controller would start: the input was not refused before")
+
+    monkeypatch.setattr(control.controller_cli, "embedded_artifacts", started)
+    if command == "tune":
+        pytest.importorskip("ray")
+    argv = [command, option, "/dev/zero"]
+    if command == "controller":
+        argv += ["--policy", "fair", "--topo", str(DEFAULT_TOPOLOGY)]
+    status, err = run(argv, capsys)
+    assert status == 2
+    assert one_line(err).endswith(
+        f"{option}: no switch runs on BMv2 (give --target bmv2, or a switch its "
+        '"target": "bmv2" in the topology)'
+    )
+
+
 @pytest.mark.parametrize("scheduler", ["hyperband", "asha"])
 def test_tune_without_ray_says_so(
     monkeypatch: pytest.MonkeyPatch,
