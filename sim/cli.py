@@ -35,7 +35,7 @@ from sim.executors import EXECUTORS, Executor, RunsFailed, TaskFailure, run_task
 from sim.metrics import METRICS, isolated_sct, summarize
 from sim.report import normalised_png, sct_cdf_png, table
 from workloads.limits import SettingError
-from workloads.loader import SEEDED_WORKLOADS
+from workloads.loader import refuse_seed_for_unseeded
 
 
 def register(subparsers: Any) -> None:
@@ -108,11 +108,8 @@ def parse_seeds(args: argparse.Namespace) -> list[int]:
         raise UserError("--seed and --seeds: give one or the other")
     seeds = [1 if args.seed is None else args.seed] if args.seeds is None else seed_list(args.seeds)
     given = "--seeds" if args.seeds is not None else "--seed" if args.seed is not None else None
-    if given is not None and args.workload not in SEEDED_WORKLOADS:
-        raise UserError(
-            f"{given}: the workload {args.workload} is the same for every seed (only "
-            f"{', '.join(SEEDED_WORKLOADS)} is drawn from one): leave {given} out"
-        )
+    if given is not None:
+        refuse_seed_for_unseeded(given, args.workload)
     return list(seeds)
 
 

@@ -25,6 +25,7 @@ from p4.config.v1 import p4info_pb2
 
 from control.errors import UserError
 from control.files import atomic_write_all_bytes, output_directory
+from control.options import path_option
 from softswitch.frontend import CompiledProgram, compile_file
 from softswitch.p4rt.pipeline_config import p4info_difference
 
@@ -97,7 +98,7 @@ def compare_p4info(text: bytes | None, p4c_info: Path, ours: p4info_pb2.P4Info) 
 
 def compile_command(args: argparse.Namespace) -> int:
     out_dir = output_directory(args.out)
-    source = Path(args.program)
+    source: Path = args.program
     program = compile_file(source)
     stem = source.stem
     outputs = {
@@ -157,7 +158,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("program", help="P4-16 source, e.g. p4src/beamer.p4")
+    parser.add_argument("program", type=path_option, help="P4-16 source, e.g. p4src/beamer.p4")
     parser.add_argument("--out", default="build", help="output directory (default: build)")
     parser.add_argument("--no-p4c", action="store_true", help="do not run p4c even if found")
     parser.set_defaults(func=compile_command)

@@ -435,6 +435,7 @@ def test_benchmark_arguments_out_of_range_are_one_line(
     ("argv", "message"),
     [
         (["workload", "generate", "--out", ""], "argument --out: an empty path"),
+        (["compile", ""], "argument program: an empty path"),
         (["workload", "to-trace", "tiny", "--out", ""], "argument --out: an empty path"),
         (["sweep", ""], "argument grid: an empty path"),
         (["controller", "--topo", ""], "argument --topo: an empty path"),

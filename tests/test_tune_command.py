@@ -44,6 +44,7 @@ def _beamer(
         (["--queues", "9"], "--queues: 9 is out of range 1..8"),
         (["--policy", "nosuch"], "--policy: unknown policy 'nosuch'"),
         (["--workers", "9"], "--workers: 9 workers (ring) need 9 hosts"),
+        (["--workers", "-1"], "--workers: -1: a trial needs at least 2 workers"),
         (["--scheduler", "asha"], "AsyncHyperBandScheduler (ASHA) promotes each trial"),
     ],
 )

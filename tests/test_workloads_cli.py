@@ -542,3 +542,17 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"beamer: error: {out}: cannot write")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize("workload", ["fb2010", str(DATA / "tiny_workload.json")])
+def test_show_refuses_a_seed_for_a_workload_no_seed_draws(
+    capsys: pytest.CaptureFixture[str], workload: str
+) -> None:
+    """The seed was ignored: the summary of "seed 3" was the one workload's, as simulate
+    refuses to report it."""
+    assert main(["workload", "show", workload, "--seed", "3"]) == 2
+    assert capsys.readouterr().err == (
+        f"beamer: error: --seed: the workload {workload} is the same for every seed (only "
+        "hp-tuning is drawn from one): leave --seed out\n"
+    )
+    assert main(["workload", "show", "hp-tuning", "--seed", "3"]) == 0

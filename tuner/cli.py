@@ -127,10 +127,12 @@ def _run_tune(args: argparse.Namespace) -> int:
     topology = load_topology(args.topo)
     check_bmv2_files(args, topology)
     needed = args.workers + (1 if args.sync == "ps" else 0)
-    if args.workers < 2 or needed > len(topology.hosts):
+    if args.workers < 2:
+        raise UserError(f"--workers: {args.workers}: a trial needs at least 2 workers")
+    if needed > len(topology.hosts):
         raise UserError(
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
-            f"{args.topo} has {len(topology.hosts)} (and at least 2 workers are needed)"
+            f"{args.topo} has {len(topology.hosts)}"
         )
     netns.require_congestion_control(args.congestion_control)
     # What the network checks once Ray is up (10 s and more): refused here instead.

@@ -20,7 +20,7 @@ from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
 from workloads.hp_tuning import HpTuningConfig, shrink_changes
 from workloads.limits import SettingError
-from workloads.loader import load_workload, looks_like_json
+from workloads.loader import load_workload, looks_like_json, refuse_seed_for_unseeded
 from workloads.models import MODELS
 from workloads.shapes import MIXES, Shape, parse_models, parse_sync
 from workloads.summary import summarize
@@ -91,7 +91,7 @@ def register(subparsers: Any) -> None:
         description="Summarise a workload: hp-tuning, fb2010, or a JSON / trace file.",
     )
     show.add_argument("workload", help="hp-tuning, fb2010, or a file")
-    show.add_argument("--seed", type=seed, default=1, help="seed for hp-tuning (default 1)")
+    show.add_argument("--seed", type=seed, default=None, help="seed for hp-tuning (default 1)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=_show)
 
@@ -274,7 +274,10 @@ def _figure(value: float | None) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    summary = summarize(load_workload(args.workload, seed=args.seed))
+    if args.seed is not None:
+        refuse_seed_for_unseeded("--seed", args.workload)
+    seed_drawn = 1 if args.seed is None else args.seed
+    summary = summarize(load_workload(args.workload, seed=seed_drawn))
     if args.json:
         shown = {key: json_number(value) for key, value in dataclasses.asdict(summary).items()}
         print(json.dumps(shown, sort_keys=True, allow_nan=False))

@@ -25,6 +25,16 @@ SEEDED_WORKLOADS = ("hp-tuning",)
 _BLANK = re.compile(r"[ \t\r\n]*")
 
 
+def refuse_seed_for_unseeded(option: str, spec: str) -> None:
+    """A seed given for a workload that no seed draws would run (or show) the same
+    workload and call it another seed's."""
+    if spec not in SEEDED_WORKLOADS:
+        raise UserError(
+            f"{option}: the workload {spec} is the same for every seed (only "
+            f"{', '.join(SEEDED_WORKLOADS)} is drawn from one): leave {option} out"
+        )
+
+
 def load_workload(
     spec: str,
     *,
