@@ -256,6 +256,12 @@ def run(args: argparse.Namespace) -> int:
         grpc_addr = check_server_address(args.grpc_server_addr)
         check_bindable(grpc_addr)
     program = None if args.no_p4 else load_program(args.config)
+    if not specs and grpc_addr is None:
+        # No port to forward on and no server to be reached through: it would run for
+        # ever doing nothing.
+        raise UserError(
+            "no port (-i PORT@IFACE) and no --grpc-server-addr: the switch would have nothing to do"
+        )
 
     stop = threading.Event()
 

@@ -43,6 +43,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["--queue-rate-pps", "5", "--queue-rate-bps", "5000", "--no-p4"], "not allowed with"),
         (["--queue-depth", "0", "--no-p4"], "0 is not between 1 and"),
         ([], "one of the arguments --no-p4 CONFIG is required"),
+        (["--no-p4"], "no port (-i PORT@IFACE) and no --grpc-server-addr: the switch would"),
     ],
 )
 def test_bad_options_are_one_line_errors(
