@@ -117,13 +117,6 @@ def _run_tune(args: argparse.Namespace) -> int:
         ) from None
     if args.out is not None:
         output_directory(args.out)  # the name only: the directory is made last
-    require_ray()
-    if args.scheduler == "asha":
-        from ray.tune.schedulers import AsyncHyperBandScheduler
-
-        from tuner.scheduler import require_stages
-
-        require_stages(AsyncHyperBandScheduler())
     topology = load_topology(args.topo)
     check_bmv2_files(args, topology)
     needed = args.workers + (1 if args.sync == "ps" else 0)
@@ -134,6 +127,13 @@ def _run_tune(args: argparse.Namespace) -> int:
             f"--workers: {args.workers} workers ({args.sync}) need {needed} hosts; "
             f"{args.topo} has {len(topology.hosts)}"
         )
+    require_ray()  # after the checks that need no Ray: importing it takes seconds
+    if args.scheduler == "asha":
+        from ray.tune.schedulers import AsyncHyperBandScheduler
+
+        from tuner.scheduler import require_stages
+
+        require_stages(AsyncHyperBandScheduler())
     netns.require_congestion_control(args.congestion_control)
     # What the network checks once Ray is up (10 s and more): refused here instead.
     netns.require_tools("ip", "ethtool", "tc")
