@@ -13,7 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -87,11 +87,12 @@ FIRST_COFLOW_FINISHED = {
 """Trial 0's first coflow ends: the event after :func:`_events` in every replay test."""
 
 
-def _refused_at_start(tmp_path: Path, journal: Path) -> list[str]:
-    """The error lines of a controller started with ``--journal journal`` (exit 2)."""
+def _refused_at_start(tmp_path: Path, journal: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The error lines of a controller started with ``--journal journal`` and ``extra``
+    (exit 2)."""
     topo = write_topology(tmp_path, "127.0.0.1:1")
     result = subprocess.run(
-        controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(journal)]),
+        controller_argv(topo, tmp_path / "c.sock", extra=["--journal", str(journal), *extra]),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -130,21 +131,12 @@ def test_a_start_refused_for_its_events_address_leaves_no_journal_or_lock(
     """The address is taken before the journal: a refused start has nothing to keep, and
     left an empty journal and its lock file behind."""
     journal = tmp_path / "events.jsonl"
-    topo = write_topology(tmp_path, "127.0.0.1:1")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        extra = ["--journal", str(journal), "--events-addr", f"127.0.0.1:{port}"]
-        result = subprocess.run(
-            controller_argv(topo, tmp_path / "c.sock", extra=extra),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+        lines = _refused_at_start(tmp_path, journal, ["--events-addr", f"127.0.0.1:{port}"])
+    assert lines == [
         f"beamer: error: events API: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["topo.json"]
