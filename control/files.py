@@ -66,12 +66,9 @@ def file_path(text: str) -> Path:
     """The path of a file a user names. A name that ends in ``/`` names a directory (the
     system refuses it as a file), but :class:`~pathlib.Path` drops the ``/`` and would
     read or write the file without it: such a name is refused."""
-    if text.endswith(_SEPARATORS):
+    if text.endswith("/"):
         raise UserError(f"{text}: not a file name (it ends in '/', which names a directory)")
     return Path(text)
-
-
-_SEPARATORS = tuple({"/", os.sep, os.altsep or "/"})
 
 
 def read_bytes(
