@@ -37,10 +37,10 @@ from control.events import (
     ensure_private_dir,
     raise_open_files_limit,
 )
-from control.files import read_bytes, read_text
+from control.files import output_name_problem, read_bytes, read_text
 from control.interrupts import restore_handlers
 from control.model import CoflowKey
-from control.options import integer, number, path_option
+from control.options import integer, number, output_path_option, path_option
 from control.p4runtime_client import DEFAULT_ELECTION_ID, format_election_id, parse_election_id
 from control.policies import warm_up as warm_up_policies
 from control.policies.base import Policy, Ranking
@@ -111,7 +111,7 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument(
         "--journal",
-        type=path_option,
+        type=output_path_option,
         default=None,
         help="keep accepted events in this file so a restarted controller continues",
     )
@@ -294,8 +294,12 @@ def check_events_options(args: argparse.Namespace) -> None:
         checked_hostport(args.events_addr, allow_zero=True)
     except UserError as error:
         raise UserError(f"--events-addr: {error}") from None
-    if args.events_socket is not None and not args.events_socket.strip():
-        raise UserError("--events-socket: an empty path (leave the option out for the default)")
+    if args.events_socket is not None:
+        if not args.events_socket.strip():
+            raise UserError("--events-socket: an empty path (leave the option out for the default)")
+        problem = output_name_problem(args.events_socket)
+        if problem is not None:
+            raise UserError(f"--events-socket: {problem}")
 
 
 def status_address(args: argparse.Namespace) -> str:

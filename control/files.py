@@ -321,11 +321,39 @@ def _check_depth(text: str, source: str) -> None:
             depth -= 1
 
 
+STANDARD_OUTPUT = "-"
+"""The output name that means standard output, where a command can write there."""
+
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def output_name_problem(text: str) -> str | None:
+    """What makes ``text`` no name for a file a command makes, or None. A name of only
+    spaces or holding a control character (a newline, an escape) is legal but is a
+    quoting slip far more often than a wish, and such a file is hard to name again
+    (a newline in it also splits every log line that names it)."""
+    if not text.strip():
+        return "an empty name" if not text else "a name of only spaces"
+    control = _CONTROL_CHARACTER.search(text)
+    if control is not None:
+        return f"{text!r} holds a control character ({control.group()!r})"
+    return None
+
+
 def output_directory(text: str, option: str = "--out") -> Path:
     """An output directory named on a command line: an empty name would quietly mean the
-    current directory, and an existing file cannot hold the outputs."""
+    current directory, ``-`` standard output (which holds no files), and an existing
+    file cannot hold the outputs."""
     if not text.strip():
         raise UserError(f"{option}: an empty directory name (write {option} . for this directory)")
+    problem = output_name_problem(text)
+    if problem is not None:
+        raise UserError(f"{option}: {problem}")
+    if text == STANDARD_OUTPUT:
+        raise UserError(
+            f"{option} -: standard output cannot hold these files; name a directory "
+            f"(./- for one called '-')"
+        )
     path = Path(text)
     if os.path.lexists(path) and not path.is_dir():
         raise UserError(f"{option} {path}: exists and is not a directory")

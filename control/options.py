@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from control.addresses import is_decimal, written_plainly
 from control.errors import UserError
-from control.files import file_path
+from control.files import STANDARD_OUTPUT, file_path, output_name_problem
 
 T = TypeVar("T", bound=Hashable)
 
@@ -103,3 +103,30 @@ def path_option(text: str) -> Path:
         return file_path(text)
     except UserError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def output_or_stdout_option(text: str) -> Path:
+    """A file option for an output that may go to standard output (argparse ``type``):
+    ``-`` (kept as ``Path("-")``, see :func:`writes_standard_output`) or a name
+    :func:`control.files.output_name_problem` accepts, checked as :func:`path_option`."""
+    path = path_option(text)
+    problem = output_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
+def output_path_option(text: str) -> Path:
+    """A file option for an output that must be a file (argparse ``type``): as
+    :func:`output_or_stdout_option`, but ``-`` is refused, not taken as a file called
+    ``-``."""
+    if text == STANDARD_OUTPUT:
+        raise argparse.ArgumentTypeError(
+            "'-' (standard output) cannot be this file; ./- names a file called '-'"
+        )
+    return output_or_stdout_option(text)
+
+
+def writes_standard_output(path: Path) -> bool:
+    """Whether an :func:`output_or_stdout_option` names standard output."""
+    return str(path) == STANDARD_OUTPUT

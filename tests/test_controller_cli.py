@@ -81,6 +81,11 @@ def test_bad_arguments_are_one_line_errors(
             "",
             "--events-socket: an empty path (leave the option out for the default)",
         ),
+        (  # a newline in the socket's name split the line that logs it
+            "--events-socket",
+            "ev\nents.sock",
+            "--events-socket: 'ev\\nents.sock' holds a control character ('\\n')",
+        ),
     ],
 )
 def test_event_api_options_are_refused_up_front_naming_the_option(

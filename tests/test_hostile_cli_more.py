@@ -520,3 +520,90 @@ def test_a_file_name_ending_in_a_slash_is_refused_not_read_without_it(
     named = str(out) if command[1] == "generate" else str(file)
     assert f"{named}/: not a file name (it ends in '/', which names a directory)" in one_line(err)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["g.yaml", "w.json"]
+
+
+ABSENT_TOPOLOGY = "absent.json"
+"""Never read: the options are refused first (else a run would wait for its switches)."""
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["workload", "generate", "--jobs", "2", "--out", "w\n.json"], "control character"),
+        (["workload", "offline", "fb2010", "--out", "\x1b[31mf.txt"], "control character"),
+        (["workload", "to-trace", "fb2010", "--out", "   "], "a name of only spaces"),
+        (["simulate", "--workload", str(TINY_WORKLOAD), "--out", "o\tut"], "control character"),
+        (["compile", str(REPO / "p4src" / "beamer.p4"), "--out", "b\nuild"], "control character"),
+        (["emulate", "--out", "e\rmu"], "control character"),
+        (
+            ["controller", "--policy", "fair", "--topo", ABSENT_TOPOLOGY, "--journal", "j\n"],
+            "control character",
+        ),
+        (["simulate", "--workload", str(TINY_WORKLOAD), "--out", "-"], "standard output cannot"),
+        (["emulate", "--out", "-"], "standard output cannot hold these files"),
+        (
+            ["controller", "--policy", "fair", "--topo", ABSENT_TOPOLOGY, "--journal", "-"],
+            "'-' (standard output) cannot be this file",
+        ),
+    ],
+    ids=[
+        "generate-newline",
+        "offline-escape",
+        "to-trace-spaces",
+        "simulate-tab",
+        "compile-newline",
+        "emulate-cr",
+        "journal-newline",
+        "simulate-dash",
+        "emulate-dash",
+        "journal-dash",
+    ],
+)
+def test_an_output_name_a_slip_would_give_is_refused_and_nothing_made(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_runs: None,
+    command: list[str],
+    message: str,
+) -> None:
+    """A name of only spaces, with a control character, or '-' where standard output
+    cannot take the output was a file or directory of that name, hard to name again."""
+    monkeypatch.chdir(tmp_path)
+    status, err = run(command, capsys)
+    assert status == 2
+    assert message in one_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "reader", "summary"),
+    [
+        (["workload", "generate", "--jobs", "2", "--out", "-"], "json", "2 experiments"),
+        (["workload", "offline", "fb2010", "--max-flows", "400", "--out", "-"], "trace", "439"),
+        (["workload", "to-trace", "fb2010", "--out", "-"], "trace", "526 coflows"),
+    ],
+    ids=["generate", "offline", "to-trace"],
+)
+def test_workload_out_dash_writes_standard_output_as_the_file_would_be(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    reader: str,
+    summary: str,
+) -> None:
+    """``--out -`` pipes the workload on: standard output holds exactly the file
+    ``--out FILE`` writes, and the line saying what was written goes to standard error."""
+    from workloads import coflow_benchmark, json_format
+
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 0
+    piped = capsys.readouterr()
+    assert summary in piped.err and piped.err.startswith("wrote standard output: ")
+    assert list(tmp_path.iterdir()) == []  # no file called '-'
+    assert main([*command[:-1], "file.out"]) == 0
+    capsys.readouterr()
+    assert piped.out == (tmp_path / "file.out").read_text(encoding="utf-8")
+    read = json_format.loads if reader == "json" else coflow_benchmark.parse
+    assert read(piped.out, "<stdout>").experiments

@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from control.errors import UserError
-from control.files import output_file_ready
+from control.files import atomic_write_text, output_file_ready
 from control.interrupts import terminations_unwind
-from control.options import integer, number, path_option, seed
+from control.options import (
+    integer,
+    number,
+    output_or_stdout_option,
+    path_option,
+    seed,
+    writes_standard_output,
+)
 from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
 from workloads.hp_tuning import HpTuningConfig, shrink_changes
@@ -82,7 +89,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="multiply every duration by this factor, shrinking bytes to keep the shape",
     )
-    generate.add_argument("--out", type=path_option, required=True, help="output JSON file")
+    generate.add_argument(
+        "--out",
+        type=output_or_stdout_option,
+        required=True,
+        help="output JSON file (- for standard output)",
+    )
     generate.set_defaults(func=_unwinding(_generate))
 
     show = commands.add_parser(
@@ -101,7 +113,12 @@ def register(subparsers: Any) -> None:
         description="Write a workload of single coflows as a Coflow-Benchmark trace.",
     )
     trace.add_argument("workload", help="fb2010, or a file")
-    trace.add_argument("--out", type=path_option, required=True, help="output trace file")
+    trace.add_argument(
+        "--out",
+        type=output_or_stdout_option,
+        required=True,
+        help="output trace file (- for standard output)",
+    )
     trace.add_argument(
         "--lossy",
         action="store_true",
@@ -127,7 +144,12 @@ def register(subparsers: Any) -> None:
     offline.add_argument(
         "--keep-mb", action="store_true", help="keep the reducers' MB as they are (no rounding)"
     )
-    offline.add_argument("--out", type=path_option, required=True, help="output trace file")
+    offline.add_argument(
+        "--out",
+        type=output_or_stdout_option,
+        required=True,
+        help="output trace file (- for standard output)",
+    )
     offline.set_defaults(func=_unwinding(_offline))
 
 
@@ -165,13 +187,34 @@ def _generate(args: argparse.Namespace) -> int:
             workload = load_workload("hp-tuning", seed=config.seed, config=config)
     except SettingError as error:
         raise UserError(f"{_options_of(error.field, args)}: {error.detail}") from None
-    json_format.write(workload, args.out)
+    _deliver(args.out, json_format.text_to_write(workload, _destination(args.out)))
     summary = summarize(workload)
-    print(
-        f"wrote {args.out}: {summary.experiments} experiments, {summary.coflows} coflows, "
-        f"{summary.total_bytes / 1e9:.3f} GB"
+    _report(
+        args.out,
+        f"wrote {_destination(args.out)}: {summary.experiments} experiments, "
+        f"{summary.coflows} coflows, {summary.total_bytes / 1e9:.3f} GB",
     )
     return 0
+
+
+def _destination(out: Path) -> str:
+    """``--out`` as messages name it."""
+    return "standard output" if writes_standard_output(out) else str(out)
+
+
+def _deliver(out: Path, text: str) -> None:
+    """Write checked ``text`` to the ``--out`` file, whole or not at all, or to standard
+    output for ``-`` (to pipe a workload on without a file)."""
+    if writes_standard_output(out):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        atomic_write_text(out, text)
+
+
+def _report(out: Path, line: str) -> None:
+    """Say what was written: on standard error where the output took standard output."""
+    print(line, file=sys.stderr if writes_standard_output(out) else sys.stdout)
 
 
 def config_from_args(args: argparse.Namespace) -> HpTuningConfig:
@@ -303,7 +346,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _to_trace(args: argparse.Namespace) -> int:
-    output_file_ready(args.out)  # before the conversion: seconds on the whole trace
+    destination = _destination(args.out)
+    if not writes_standard_output(args.out):
+        output_file_ready(args.out)  # before the conversion: seconds on the whole trace
     workload = load_workload(args.workload)
     try:
         text = coflow_benchmark.dumps(workload)
@@ -312,20 +357,23 @@ def _to_trace(args: argparse.Namespace) -> int:
     lost = coflow_benchmark.losses(workload, text)
     if lost and not args.lossy:
         raise UserError(
-            f"{args.out}: not written: a Coflow-Benchmark trace cannot carry the "
+            f"{destination}: not written: a Coflow-Benchmark trace cannot carry the "
             f"{'; the '.join(lost)}; --lossy writes it without them"
         )
-    coflow_benchmark.write_text(args.out, text)
+    coflow_benchmark.check_text(text, destination)
+    _deliver(args.out, text)
     if lost:
-        print(f"beamer: warning: {args.out}: dropped the {'; the '.join(lost)}", file=sys.stderr)
-    print(f"wrote {args.out}: {len(workload.experiments)} coflows")
+        print(f"beamer: warning: {destination}: dropped the {'; the '.join(lost)}", file=sys.stderr)
+    _report(args.out, f"wrote {destination}: {len(workload.experiments)} coflows")
     return 0
 
 
 def _offline(args: argparse.Namespace) -> int:
     if args.max_flows is not None and args.max_flows < 1:
         raise UserError(f"--max-flows: must be at least 1, not {args.max_flows}")
-    output_file_ready(args.out)
+    destination = _destination(args.out)
+    if not writes_standard_output(args.out):
+        output_file_ready(args.out)
     path = coflow_benchmark.default_trace_path() if args.trace == "fb2010" else Path(args.trace)
     source = read_text(path)
     if looks_like_json(source):
@@ -338,6 +386,7 @@ def _offline(args: argparse.Namespace) -> int:
         max_flows=args.max_flows,
         whole_mb=not args.keep_mb,
     )
-    coflow_benchmark.write_text(args.out, text)
-    print(f"wrote {args.out}: {int(text.split()[1])} coflows, all released at 0")
+    coflow_benchmark.check_text(text, destination)
+    _deliver(args.out, text)
+    _report(args.out, f"wrote {destination}: {int(text.split()[1])} coflows, all released at 0")
     return 0

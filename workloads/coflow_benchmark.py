@@ -561,20 +561,26 @@ def write(workload: Workload, path: str | os.PathLike[str]) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write trace ``text`` atomically, unless :func:`parse` refuses it (:class:`UserError`).
+    """Write trace ``text`` atomically, unless :func:`check_text` refuses it."""
+    check_text(text, str(path))
+    atomic_write_text(path, text)
+
+
+def check_text(text: str, destination: str) -> None:
+    """Refuse trace ``text`` that :func:`parse` would refuse (:class:`UserError` naming
+    the ``destination`` it is not written to).
 
     Checking the text with the reader itself means no writer can produce a
     trace that the reader then refuses, whatever its rounding does.
     """
     try:
-        parse(text, str(path))
+        parse(text, destination)
     except TraceError as error:
         raise UserError(
-            f"{path}: not written: its line {error.line} would be refused: {error.detail}"
+            f"{destination}: not written: its line {error.line} would be refused: {error.detail}"
         ) from None
     if len(text) > MAX_FILE_BYTES:  # digits, spaces and colons: characters are bytes
         raise UserError(
-            f"{path}: not written: {len(text):,} bytes, above the limit of "
+            f"{destination}: not written: {len(text):,} bytes, above the limit of "
             f"{MAX_FILE_BYTES:,} bytes for a workload file"
         )
-    atomic_write_text(path, text)

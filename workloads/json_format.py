@@ -131,16 +131,22 @@ def write(workload: Workload, path: str | os.PathLike[str]) -> None:
     naming the file, the JSON path and the limit.
     """
     target = Path(path)
+    atomic_write_text(target, text_to_write(workload, str(target)))
+
+
+def text_to_write(workload: Workload, destination: str) -> str:
+    """``workload``'s JSON text, if :func:`read` would take it back; else
+    :class:`UserError` naming the ``destination`` it is not written to."""
     try:
         text = dumps(workload)
     except InvalidWorkload as invalid:
-        raise UserError(f"{target}: not written: {invalid}") from None
+        raise UserError(f"{destination}: not written: {invalid}") from None
     if len(text) > MAX_FILE_BYTES:  # json.dumps writes ASCII: characters are bytes
         raise UserError(
-            f"{target}: not written: {len(text):,} bytes, above the limit of "
+            f"{destination}: not written: {len(text):,} bytes, above the limit of "
             f"{MAX_FILE_BYTES:,} bytes for a workload file"
         )
-    atomic_write_text(target, text)
+    return text
 
 
 class InvalidWorkload(UserError):
