@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from control.errors import UserError
-from control.model import CoflowKey, Flow, StageKey, Workload
+from control.model import WEIGHT_RANGE, CoflowKey, Flow, StageKey, Workload
 from control.policies.base import (
     Allocator,
     BasePolicy,
@@ -136,6 +136,31 @@ class _ExperimentRun:
 _ARRIVAL, _RELEASE = 0, 1
 
 
+def unsimulable(workload: Workload) -> str | None:
+    """What in a workload built in code no run can take, or None (the readers refuse it in
+    a file, with their tighter limits). A NaN arrival never comes due, so the event loop
+    waited for ever; an infinite one, or a link of 0, infinite or NaN bit/s, left flows
+    with no rate and no event to wait for; a NaN weight leaves a weighted order
+    undefined."""
+    if not workload.link_bps > 0 or not math.isfinite(workload.link_bps):
+        return f"link_bps {workload.link_bps!r} is not a finite rate above 0"
+    low, high = WEIGHT_RANGE
+    for experiment in workload.experiments:
+        where = f"experiment {experiment.experiment_id}"
+        if not 0 <= experiment.arrival_s < math.inf:
+            return f"{where}: arrival_s {experiment.arrival_s!r} is not a finite time >= 0"
+        if not low <= experiment.weight <= high:
+            return f"{where}: weight {experiment.weight!r} is not between {low:g} and {high:g}"
+        for stage in experiment.stages:
+            for trial in stage.trials:
+                if not 0 <= trial.compute_s < math.inf:
+                    return (
+                        f"{where} stage {stage.stage_id} trial {trial.trial_id}: compute_s "
+                        f"{trial.compute_s!r} is not a finite time >= 0"
+                    )
+    return None
+
+
 class Simulation:
     """One run of one policy over one workload; call :meth:`run` once."""
 
@@ -146,9 +171,9 @@ class Simulation:
         config: SimConfig | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
-        duplicate = workload.duplicate_id()
-        if duplicate is not None:
-            raise UserError(f"workload: {duplicate}")
+        problem = workload.duplicate_id() or unsimulable(workload)
+        if problem is not None:
+            raise UserError(f"workload: {problem}")
         self.workload = workload
         self.policy = policy
         self._progress_thresholds = (

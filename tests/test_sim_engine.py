@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,6 +168,37 @@ def test_a_workload_naming_two_things_by_one_id_is_refused_before_the_run(
         workload = Workload(4, GBIT, experiments)
         with pytest.raises(UserError, match=f"^workload: {message}$"):
             simulate(workload, get_policy("fair"), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"arrival_s": float("nan")}, "experiment 7: arrival_s nan is not a finite time >= 0"),
+        ({"arrival_s": float("inf")}, "experiment 7: arrival_s inf is not a finite time >= 0"),
+        ({"arrival_s": -1.0}, "experiment 7: arrival_s -1.0 is not a finite time >= 0"),
+        ({"weight": float("nan")}, "experiment 7: weight nan is not between 1e-06 and 1e+06"),
+        ({"compute_s": float("nan")}, "experiment 7 stage 0 trial 0: compute_s nan is not"),
+        ({"link_bps": 0.0}, "link_bps 0.0 is not a finite rate above 0"),
+        ({"link_bps": float("inf")}, "link_bps inf is not a finite rate above 0"),
+        ({"link_bps": float("nan")}, "link_bps nan is not a finite rate above 0"),
+    ],
+)
+def test_a_workload_built_in_code_with_times_no_run_can_take_is_refused(
+    flow_model: str, change: dict[str, float], message: str
+) -> None:
+    """The readers refuse these in files; built in code, a NaN arrival made the event loop
+    wait for ever, and an infinite one or a link of no rate ended the run with "active
+    flows with no rate and no event" (a RuntimeError, blaming the simulator)."""
+    from control.errors import UserError
+
+    experiment = one_stage(7, (Flow(0, 1, 1_000_000),), compute_s=change.get("compute_s", 0.0))
+    fields = {key: value for key, value in change.items() if key in ("arrival_s", "weight")}
+    workload = Workload(
+        2, change.get("link_bps", GBIT), (dataclasses.replace(experiment, **fields),)
+    )
+    with _deadline(30), pytest.raises(UserError, match=f"^workload: {re.escape(message)}"):
+        simulate(workload, get_policy("fair"), SimConfig(flow_model=flow_model))  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
