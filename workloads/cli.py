@@ -174,6 +174,7 @@ def _trace_option(text: str) -> str:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    destination = _ready_destination(args.out)
     try:
         if args.kind == "fb2010":
             if args.seed is not None:
@@ -187,19 +188,23 @@ def _generate(args: argparse.Namespace) -> int:
             workload = load_workload("hp-tuning", seed=config.seed, config=config)
     except SettingError as error:
         raise UserError(f"{_options_of(error.field, args)}: {error.detail}") from None
-    _deliver(args.out, json_format.text_to_write(workload, _destination(args.out)))
+    _deliver(args.out, json_format.text_to_write(workload, destination))
     summary = summarize(workload)
     _report(
         args.out,
-        f"wrote {_destination(args.out)}: {summary.experiments} experiments, "
+        f"wrote {destination}: {summary.experiments} experiments, "
         f"{summary.coflows} coflows, {summary.total_bytes / 1e9:.3f} GB",
     )
     return 0
 
 
-def _destination(out: Path) -> str:
-    """``--out`` as messages name it."""
-    return "standard output" if writes_standard_output(out) else str(out)
+def _ready_destination(out: Path) -> str:
+    """``--out`` as messages name it, a file shown first to be writable: generating or
+    converting a workload takes seconds, not to be lost to a path that cannot be written."""
+    if writes_standard_output(out):
+        return "standard output"
+    output_file_ready(out)
+    return str(out)
 
 
 def _deliver(out: Path, text: str) -> None:
@@ -346,9 +351,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _to_trace(args: argparse.Namespace) -> int:
-    destination = _destination(args.out)
-    if not writes_standard_output(args.out):
-        output_file_ready(args.out)  # before the conversion: seconds on the whole trace
+    destination = _ready_destination(args.out)
     workload = load_workload(args.workload)
     try:
         text = coflow_benchmark.dumps(workload)
@@ -371,9 +374,7 @@ def _to_trace(args: argparse.Namespace) -> int:
 def _offline(args: argparse.Namespace) -> int:
     if args.max_flows is not None and args.max_flows < 1:
         raise UserError(f"--max-flows: must be at least 1, not {args.max_flows}")
-    destination = _destination(args.out)
-    if not writes_standard_output(args.out):
-        output_file_ready(args.out)
+    destination = _ready_destination(args.out)
     path = coflow_benchmark.default_trace_path() if args.trace == "fb2010" else Path(args.trace)
     source = read_text(path)
     if looks_like_json(source):
