@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -105,15 +106,32 @@ def path_option(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def output_or_stdout_option(text: str) -> Path:
-    """A file option for an output that may go to standard output (argparse ``type``):
-    ``-`` (kept as ``Path("-")``, see :func:`writes_standard_output`) or a name
-    :func:`control.files.output_name_problem` accepts, checked as :func:`path_option`."""
+@dataclass(frozen=True)
+class StandardOutput:
+    """``-`` given where a command can write its output to standard output. Kept apart
+    from every :class:`~pathlib.Path`: ``Path("./-")``, a file called ``-``, prints as
+    ``-`` too."""
+
+    def __str__(self) -> str:
+        return "standard output"
+
+
+def _output_file(text: str) -> Path:
+    """A file a command makes, named as :func:`path_option` asks and as
+    :func:`control.files.output_name_problem` accepts."""
     path = path_option(text)
     problem = output_name_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return path
+
+
+def output_or_stdout_option(text: str) -> Path | StandardOutput:
+    """A file option for an output that may go to standard output (argparse ``type``):
+    ``-``, or a file's name (``./-`` for one called ``-``)."""
+    if text == STANDARD_OUTPUT:
+        return StandardOutput()
+    return _output_file(text)
 
 
 def output_path_option(text: str) -> Path:
@@ -124,9 +142,4 @@ def output_path_option(text: str) -> Path:
         raise argparse.ArgumentTypeError(
             "'-' (standard output) cannot be this file; ./- names a file called '-'"
         )
-    return output_or_stdout_option(text)
-
-
-def writes_standard_output(path: Path) -> bool:
-    """Whether an :func:`output_or_stdout_option` names standard output."""
-    return str(path) == STANDARD_OUTPUT
+    return _output_file(text)

@@ -607,3 +607,29 @@ def test_workload_out_dash_writes_standard_output_as_the_file_would_be(
     assert piped.out == (tmp_path / "file.out").read_text(encoding="utf-8")
     read = json_format.loads if reader == "json" else coflow_benchmark.parse
     assert read(piped.out, "<stdout>").experiments
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["workload", "generate", "--jobs", "2", "--out", "./-"],
+        ["workload", "offline", "fb2010", "--max-flows", "400", "--out", "./-"],
+        ["workload", "to-trace", "fb2010", "--out", "./-"],
+    ],
+    ids=["generate", "offline", "to-trace"],
+)
+def test_workload_out_dot_slash_dash_is_a_file_called_dash(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    """``./-`` is how the README says to name a file called '-': ``Path`` spells it
+    ``-`` too, and it once went to standard output."""
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 0
+    written = capsys.readouterr()
+    assert written.out.startswith("wrote -: ")
+    assert [path.name for path in tmp_path.iterdir()] == ["-"]
+    assert main([*command[:-1], "-"]) == 0
+    assert capsys.readouterr().out == (tmp_path / "-").read_text(encoding="utf-8")

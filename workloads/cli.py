@@ -16,12 +16,12 @@ from control.errors import UserError
 from control.files import atomic_write_text, output_file_ready
 from control.interrupts import terminations_unwind
 from control.options import (
+    StandardOutput,
     integer,
     number,
     output_or_stdout_option,
     path_option,
     seed,
-    writes_standard_output,
 )
 from workloads import coflow_benchmark, json_format
 from workloads.files import read_text
@@ -198,28 +198,28 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ready_destination(out: Path) -> str:
+def _ready_destination(out: Path | StandardOutput) -> str:
     """``--out`` as messages name it, a file shown first to be writable: generating or
     converting a workload takes seconds, not to be lost to a path that cannot be written."""
-    if writes_standard_output(out):
-        return "standard output"
+    if isinstance(out, StandardOutput):
+        return str(out)
     output_file_ready(out)
     return str(out)
 
 
-def _deliver(out: Path, text: str) -> None:
+def _deliver(out: Path | StandardOutput, text: str) -> None:
     """Write checked ``text`` to the ``--out`` file, whole or not at all, or to standard
     output for ``-`` (to pipe a workload on without a file)."""
-    if writes_standard_output(out):
+    if isinstance(out, StandardOutput):
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
         atomic_write_text(out, text)
 
 
-def _report(out: Path, line: str) -> None:
+def _report(out: Path | StandardOutput, line: str) -> None:
     """Say what was written: on standard error where the output took standard output."""
-    print(line, file=sys.stderr if writes_standard_output(out) else sys.stdout)
+    print(line, file=sys.stderr if isinstance(out, StandardOutput) else sys.stdout)
 
 
 def config_from_args(args: argparse.Namespace) -> HpTuningConfig:
