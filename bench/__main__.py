@@ -1,10 +1,10 @@
 """Run every benchmark module (``bench/bench_*.py``) and print one JSON object.
 
-``python -m bench`` runs them all; ``python -m bench NAME ...`` only the named
-ones; ``--quick`` is passed on for short smoke runs. Studies that take tens
-of minutes (``STUDIES``: the headroom and online order searches) run by name, or in their quick
-form with ``--quick``. Each module runs in its own
-process so that one benchmark's imports and threads cannot skew another's.
+``python -m bench`` runs them all but the studies that take tens of minutes
+(``STUDIES``: the headroom and online order searches), which run by name or in their
+quick form with ``--quick``; ``python -m bench NAME ...`` runs only the named ones;
+``--quick`` is passed on for short smoke runs. Each module runs in its own process so
+that one benchmark's imports and threads cannot skew another's.
 """
 
 from __future__ import annotations

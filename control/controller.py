@@ -127,9 +127,10 @@ DEFAULT_TABLE_SIZE = 1024
 def read_limits(names: P4Names) -> tuple[int, int]:
     """Entities and reply bytes the controller accepts in one Read from a switch running
     this pipeline: twice what its tables and indirect counters are declared to hold
-    (16,384 for beamer.p4, whose tables hold 8,192 entries; the controller writes at most
-    6,144 of them), at least MIN_READ_LIMIT_ENTITIES, and READ_BYTES_PER_ENTITY bytes per
-    entity. A switch that sends more is in error; the Read is cancelled."""
+    (16,400 for beamer.p4: its tables hold 8,192 entries, of which the controller writes
+    at most 6,144, and its queue counter 8 cells), at least MIN_READ_LIMIT_ENTITIES, and
+    READ_BYTES_PER_ENTITY bytes per entity. A switch that sends more is in error; the Read
+    is cancelled."""
     capacity = sum(table.size or DEFAULT_TABLE_SIZE for table in names.tables.values())
     capacity += sum(counter.size for counter in names.counters.values())
     entities = max(MIN_READ_LIMIT_ENTITIES, READ_LIMIT_FACTOR * capacity)
@@ -140,7 +141,7 @@ def table_read_limits(table: TableRef) -> tuple[int, int]:
     """Entities and reply bytes the controller accepts in a Read of one table (the stage
     counters, every poll): twice what the table is declared to hold (2,048 for
     beamer.p4's stage table), at READ_BYTES_PER_ENTITY bytes per entity, where the whole
-    pipeline's limit (:func:`read_limits`) would let a switch send 16,384 at each poll."""
+    pipeline's limit (:func:`read_limits`) would let a switch send 16,400 at each poll."""
     entities = READ_LIMIT_FACTOR * (table.size or DEFAULT_TABLE_SIZE)
     return entities, entities * READ_BYTES_PER_ENTITY
 

@@ -5,12 +5,12 @@ installed sets compare exactly whatever byte padding a switch used; they become
 P4Runtime messages only at the edge (:func:`to_table_entry`,
 :func:`from_table_entry`).
 
-Classification entries (DESIGN.md §4): each active stage gets one stage-level
-entry (experiment_id, stage_id) → the class most of its coflows have; a coflow
-whose class differs gets a coflow-level entry, which the data plane applies
-over the stage entry. When the coflow-level entries would not fit the coflow
-table (its ``size`` in the P4Info), stages are taken in rank order and a stage
-whose overrides no longer fit keeps only its stage-level entry: the schedule
+Classification entries (docs/beamer-p4.md, docs/controller.md): each active stage
+gets one stage-level entry (experiment_id, stage_id) → the class most of its
+coflows have; a coflow whose class differs gets a coflow-level entry, which the
+data plane applies over the stage entry. When the coflow-level entries would not
+fit the coflow table (its ``size`` in the P4Info), stages are taken in rank order
+and a stage whose overrides no longer fit keeps only its stage-level entry: the schedule
 degrades to stage granularity instead of failing.
 
 Make-before-break (:func:`plan_writes`): a key present before and after is

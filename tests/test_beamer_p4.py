@@ -218,7 +218,7 @@ def test_ack_class_is_set_by_the_control_plane(rig: Rig) -> None:
     rig.pipeline.runtime.set_default_action(
         rig.table("ack_class"), ActionCall(rig.action("NoAction"), ())
     )
-    # NoAction keeps the tag's class for ACKs (the rule DESIGN.md first proposed).
+    # NoAction keeps the tag's class for ACKs (the rule the design first proposed).
     assert rig.send(frame(options=[beamer_tag(1, 1, 5)], payload=b""))[0][1] == 2
 
 

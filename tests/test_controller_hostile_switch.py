@@ -387,7 +387,7 @@ def test_a_read_reply_that_does_not_parse_puts_the_switch_in_error(hostile: Host
 def test_a_counter_read_is_capped_at_twice_the_stage_table(hostile: HostileRig) -> None:
     """The counter poll reads the stage table every interval. A switch that answers it
     with more entries than twice the table holds (129 of a 64-entry table here) is in
-    error; under the whole pipeline's cap (4,096 here, 16,384 for beamer.p4) the poll
+    error; under the whole pipeline's cap (4,096 here, 16,400 for beamer.p4) the poll
     took them at every interval."""
     names = P4Names.build(hostile.artifacts.p4info)
     table = names.table("stage_class")

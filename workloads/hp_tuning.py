@@ -85,7 +85,7 @@ class StagePlan:
 
 
 DEFAULT_JOBS: tuple[JobShape, ...] = (
-    # DESIGN.md §5's fluid model used SHA with 8 trials, η = 2 and wider stages
+    # The fluid model behind the design used SHA with 8 trials, η = 2 and wider stages
     # with 16 trials, η = 4; Hyperband with η = 3 is the setting of Li et al.
     JobShape("sha", max_budget=8, eta=2),
     JobShape("sha", max_budget=16, eta=4),
