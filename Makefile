@@ -66,7 +66,7 @@ run-bmv2: build
 		--out out/emulate-bmv2
 
 simulate: install
-	$(BEAMER) simulate --workload hp-tuning --policies beamer,sincronia,varys,aalo,fifo-lm,fifo,fair \
+	$(BEAMER) simulate --workload hp-tuning --policies beamer,sincronia,varys,aalo,fifo-lm,fifo,fifo-madd,fair \
 		--seeds $(SEEDS) --queues ideal,8 --out out/simulate
 
 # The README's sweep table (resumes an interrupted sweep; see docs/sweep.md).

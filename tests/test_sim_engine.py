@@ -14,7 +14,7 @@ import pytest
 
 from control.model import CoflowKey, Experiment, Flow, Stage, StageKey, TrialStage, Workload
 from control.policies import POLICIES, get_policy, is_search
-from sim.engine import SimConfig, simulate
+from sim.engine import FlowModel, SimConfig, simulate
 from workloads import hp_tuning
 from workloads.loader import load_workload
 
@@ -43,6 +43,34 @@ def test_lone_coflow_finishes_at_its_bottleneck_bound() -> None:
     for name in ("beamer", "sincronia", "varys", "fair", "fifo-lm", "aalo"):
         result = simulate(workload, get_policy(name))
         assert result.cct_s[CoflowKey(0, 0, 0, 0)] == pytest.approx(4.0, rel=1e-9), name
+
+
+@pytest.mark.parametrize("flow_model", ["fast", "per-flow"])
+def test_fifo_madd_holds_the_head_to_its_bottleneck_where_fifo_lets_it_flood(
+    flow_model: FlowModel,
+) -> None:
+    """Coflow 0 (first in line) sends 10 units 0 -> 2 and 1 unit 1 -> 3; coflow 1 sends 1
+    unit 1 -> 4. Under ``fifo`` the head's short flow takes all of sender 1 for 1 s and
+    coflow 1 ends at 2 s. Under ``fifo-madd`` (CoflowSim's FIFO) MADD gives that flow a
+    tenth of the port, just enough to end with the head's bottleneck at 10 s, so coflow 1
+    gets the other 0.9 at once and ends at 1/0.9 s. The head ends at 10 s either way."""
+    unit = 125_000_000  # 1 s at 1 Gbit/s
+    workload = Workload(
+        5,
+        GBIT,
+        (
+            one_stage(0, (Flow(0, 2, 10 * unit), Flow(1, 3, unit))),
+            one_stage(1, (Flow(1, 4, unit),)),
+        ),
+    )
+    config = SimConfig(flow_model=flow_model)
+    head, next_in_line = CoflowKey(0, 0, 0, 0), CoflowKey(1, 0, 0, 0)
+    fifo = simulate(workload, get_policy("fifo"), config).cct_s
+    madd = simulate(workload, get_policy("fifo-madd"), config).cct_s
+    assert fifo[head] == pytest.approx(10.0, rel=1e-9)
+    assert fifo[next_in_line] == pytest.approx(2.0, rel=1e-9)
+    assert madd[head] == pytest.approx(10.0, rel=1e-9)
+    assert madd[next_in_line] == pytest.approx(1 / 0.9, rel=1e-9)
 
 
 @pytest.mark.parametrize("policy", ["beamer", "sincronia", "varys", "aalo", "fifo-lm", "fair"])

@@ -24,7 +24,7 @@ from control.policies.beamer import (
 )
 from control.policies.bssi import bssi_order
 from control.policies.fair import FairPolicy
-from control.policies.fifo import FifoPolicy
+from control.policies.fifo import FifoMaddPolicy, FifoPolicy
 from control.policies.fifo_lm import FifoLmPolicy
 from control.policies.lookahead import (
     LookaheadP99Policy,
@@ -51,6 +51,7 @@ POLICIES: dict[str, Callable[[], BasePolicy]] = {
     "aalo": AaloPolicy,
     "fifo-lm": FifoLmPolicy,
     "fifo": FifoPolicy,
+    "fifo-madd": FifoMaddPolicy,
     "fair": FairPolicy,
 }
 
