@@ -70,3 +70,18 @@ def test_ctrl_c_is_one_line_and_status_130_and_ends_the_workers() -> None:
     while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if _running(pid)]
+
+
+def test_sincronia_can_be_held_to_a_class_mapping_of_its_own() -> None:
+    """``--sincronia-quantize`` maps the rival's ranking its own way, as ``--quantize``
+    would map any policy's: with 4 classes a per-coflow order fares differently under
+    ``exponential`` than under ``rank``, which every table used."""
+    from bench.heldout import one_run
+
+    as_rank = one_run("default 4q", 11, ["beamer"])
+    own = one_run("default 4q", 11, ["beamer"], sincronia_quantize="exponential")
+    assert own["sincronia"]["avg_sct_s"] != as_rank["sincronia"]["avg_sct_s"]
+    assert own["beamer"] == {**as_rank["beamer"], "wall_s": own["beamer"]["wall_s"]}
+    both = one_run("default 4q", 11, ["beamer"], "exponential", "exponential")
+    assert both["sincronia"] == {**own["sincronia"], "wall_s": both["sincronia"]["wall_s"]}
+    assert both["beamer"]["avg_sct_s"] != as_rank["beamer"]["avg_sct_s"]
