@@ -13,7 +13,9 @@ policy is lower, and the mean p99 SCT over Sincronia's mean p99 SCT.
 ``--quantize`` is how every run maps its ranking onto the classes (``rank``, as
 the tables in docs/results.md); ``--sincronia-quantize`` gives Sincronia a mapping
 of its own, to hold a policy against Sincronia at Sincronia's best mapping (a
-per-coflow order keeps more of itself under ``exponential``).
+per-coflow order keeps more of itself under ``exponential``). ``--reuse FILE`` takes
+the policies' runs from an earlier report of this benchmark and runs only Sincronia
+anew: a search's runs take minutes each, Sincronia's a second.
 
 A policy is a registered name, or ``beamer:key=value;...`` for a Beamer
 variant with those constructor arguments (floats, ints, true/false, words),
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +41,9 @@ from bench.common import (
 )
 from control.cli import OneLineErrors
 from control.errors import UserError
+from control.files import read_json
 from control.model import Workload
-from control.options import comma_items, refuse_repeats
+from control.options import comma_items, path_option, refuse_repeats
 from control.policies.spec import parse_policy_list, policy_from_spec
 from control.quantize import STRATEGIES, Strategy
 from sim.engine import SimConfig, SimResult, simulate
@@ -86,6 +90,42 @@ def one_run(
         config = SimConfig(num_classes=classes, strategy=strategy)
         result = simulate(workload, policy_from_spec(spec), config)
         out[spec] = {**sct_figures(result), "wall_s": result.wall_s}
+    return out
+
+
+RunKey = tuple[str, int]
+"""A run's setting and seed."""
+
+
+def earlier_runs(
+    path: Path, policies: Sequence[str], quantize: Strategy, jobs: Sequence[RunKey]
+) -> dict[RunKey, dict[str, dict[str, float]]]:
+    """The ``policies``' runs of ``jobs`` in an earlier report, which must have mapped
+    them onto the classes as ``quantize`` does (reports before the option: ``rank``)."""
+    report = read_json(path, what="report")
+    if not isinstance(report, dict) or not isinstance(report.get("runs"), list):
+        raise UserError(f"{path}: not a report of this benchmark (no list 'runs')")
+    mapped = report.get("quantize", "rank")
+    if mapped != quantize:
+        raise UserError(f"{path}: its policies were mapped with {mapped!r}, not {quantize!r}")
+    found: dict[RunKey, dict[str, dict[str, float]]] = {}
+    for run in report["runs"]:
+        if isinstance(run, dict) and isinstance(run.get("setting"), str):
+            seed = run.get("seed")
+            if isinstance(seed, int):
+                found[(run["setting"], seed)] = run
+    out = {}
+    for setting, seed in jobs:
+        run = found.get((setting, seed), {})
+        figures = {}
+        for spec in policies:
+            entry = run.get(spec)
+            if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(k), float) for k in ("avg_sct_s", "p99_sct_s")
+            ):
+                raise UserError(f"{path}: no run of {spec} on {setting!r}, seed {seed}")
+            figures[spec] = {k: float(v) for k, v in entry.items() if isinstance(v, float)}
+        out[(setting, seed)] = figures
     return out
 
 
@@ -146,6 +186,12 @@ def run_main() -> None:
         default=None,
         help="Sincronia's own mapping (default: as --quantize)",
     )
+    parser.add_argument(
+        "--reuse",
+        type=path_option,
+        default=None,
+        help="take the policies' runs from this earlier report; run only Sincronia",
+    )
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     sincronia_quantize = args.sincronia_quantize or args.quantize
@@ -158,12 +204,18 @@ def run_main() -> None:
     # Twice, a setting's seeds would run twice and count as twice as many.
     refuse_repeats(chosen, "--settings")
     jobs = [(s, seed) for s in chosen for seed in seeds]
+    reused = None
+    if args.reuse is not None:
+        reused = earlier_runs(args.reuse, policies, args.quantize, jobs)
+    to_run = [] if reused is not None else policies
     with worker_pool(args.workers) as pool:
         futures = [
-            pool.submit(one_run, s, seed, policies, args.quantize, sincronia_quantize)
+            pool.submit(one_run, s, seed, to_run, args.quantize, sincronia_quantize)
             for s, seed in jobs
         ]
         runs = [f.result() for f in futures]
+    if reused is not None:
+        runs = [{**run, **reused[job]} for job, run in zip(jobs, runs, strict=True)]
     report: dict[str, Any] = {
         "seeds": seeds,
         "policies": policies,

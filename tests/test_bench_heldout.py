@@ -3,6 +3,7 @@ twice is refused (it ran twice and counted its seeds twice)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -85,3 +86,56 @@ def test_sincronia_can_be_held_to_a_class_mapping_of_its_own() -> None:
     both = one_run("default 4q", 11, ["beamer"], "exponential", "exponential")
     assert both["sincronia"] == {**own["sincronia"], "wall_s": both["sincronia"]["wall_s"]}
     assert both["beamer"]["avg_sct_s"] != as_rank["beamer"]["avg_sct_s"]
+
+
+def _report(path: Path, quantize: str | None = "rank") -> Path:
+    """An earlier report holding one made-up Beamer run: a figure no simulation gives."""
+    run = {"setting": "default 4q", "seed": 11, "sincronia": {"avg_sct_s": 9.0, "p99_sct_s": 9.0}}
+    run["beamer"] = {"avg_sct_s": 1.0, "p99_sct_s": 2.0, "wall_s": 0.5}
+    report: dict[str, object] = {"seeds": [11], "policies": ["beamer"], "runs": [run]}
+    if quantize is not None:
+        report["quantize"] = quantize
+    path.write_text(json.dumps(report), encoding="utf-8")
+    return path
+
+
+def test_reuse_takes_the_policies_runs_from_a_report_and_runs_sincronia_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.heldout import main, one_run
+
+    earlier = _report(tmp_path / "earlier.json", quantize=None)  # before the option: rank
+    argv = ["--seeds", "11", "--settings", "default 4q", "--policies", "beamer"]
+    argv += ["--sincronia-quantize", "exponential", "--reuse", str(earlier), "--workers", "1"]
+    monkeypatch.setattr(sys, "argv", ["bench.heldout", *argv])
+    main()
+    report = json.loads(capsys.readouterr().out)
+    (run,) = report["runs"]
+    assert run["beamer"] == {"avg_sct_s": 1.0, "p99_sct_s": 2.0, "wall_s": 0.5}
+    fresh = one_run("default 4q", 11, [], sincronia_quantize="exponential")["sincronia"]
+    assert run["sincronia"]["avg_sct_s"] == fresh["avg_sct_s"]  # not the file's 9.0
+    entry = report["settings"]["default 4q"]["beamer"]
+    assert entry["over_sincronia_mean"] == 1.0 / fresh["avg_sct_s"]
+    assert report["sincronia_quantize"] == "exponential" and report["quantize"] == "rank"
+
+
+@pytest.mark.parametrize(
+    ("quantize", "argv", "message"),
+    [
+        ("exponential", [], "its policies were mapped with 'exponential', not 'rank'"),
+        ("rank", ["--seeds", "12"], "no run of beamer on 'default 4q', seed 12"),
+        ("rank", ["--policies", "fair"], "no run of fair on 'default 4q', seed 11"),
+    ],
+)
+def test_reuse_refuses_a_report_that_does_not_hold_the_runs_asked_for(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    quantize: str,
+    argv: list[str],
+    message: str,
+) -> None:
+    earlier = _report(tmp_path / "earlier.json", quantize)
+    base = ["--seeds", "11", "--settings", "default 4q", "--policies", "beamer"]
+    line = refused("bench.heldout", [*base, *argv, "--reuse", str(earlier)], monkeypatch, capsys)
+    assert line == f"error: {earlier}: {message}"
