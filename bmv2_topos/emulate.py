@@ -329,14 +329,18 @@ def predicted_scts_s(
 ) -> dict[tuple[int, int], float] | None:
     """The flow-level simulator's SCT per stage for the same workload, policy and classes.
 
-    None when the simulator or the policy is not available (the table then says n/a).
+    The rates are strict priority between the classes, what the switch's queues
+    enforce, also for a policy whose simulator rates are MADD's (``varys``,
+    ``fifo-madd``): the switch runs its order, not those rates. None when the
+    simulator or the policy is not available (the table then says n/a).
     """
     try:
         from control.policies import get_policy
         from sim.engine import SimConfig, simulate
     except ImportError:
         return None
-    result = simulate(workload, get_policy(policy), SimConfig(num_classes=queues))
+    config = SimConfig(num_classes=queues, allocator="priority")
+    result = simulate(workload, get_policy(policy), config)
     if not result.sct_s:
         return None
     return {(key.experiment_id, key.stage_id): sct for key, sct in result.sct_s.items()}

@@ -16,11 +16,11 @@ from scapy.layers.inet import IP, TCP
 
 from bmv2_topos import bmv2, state
 from bmv2_topos.agent import ControllerOptional, NoController, beamer_option, local_coflow_id
-from bmv2_topos.emulate import alone_sct_s, percentile, topology_link_bps
+from bmv2_topos.emulate import alone_sct_s, percentile, predicted_scts_s, topology_link_bps
 from bmv2_topos.launcher import switch_interface
 from control.errors import UserError
 from control.events import ControllerUnreachable
-from control.model import Experiment, Flow, Stage, TrialStage
+from control.model import Experiment, Flow, Stage, TrialStage, Workload
 from control.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,6 +90,24 @@ def test_alone_sct_is_bounded_by_the_busiest_port_of_the_whole_stage() -> None:
     trials = tuple(TrialStage(t, 1, 0.0, (Flow(t, 3, 1_000_000),)) for t in range(3))
     trials += (TrialStage(3, 1, 0.0, (Flow(4, 3, 1_000_000),)),)
     assert alone_sct_s(Stage(0, trials), 20e6) == pytest.approx(1.6)
+
+
+def test_the_prediction_is_of_the_switch_s_strict_priority_not_of_madd() -> None:
+    """The switch enforces a policy's order in strict-priority classes; MADD's rates are
+    the simulator's alone. Coflow 1 waits 1 s behind the head's short flow under strict
+    priority (ends at 2 s); MADD would have let it by at once (1/0.9 s)."""
+    unit = 125_000_000  # 1 s at 1 Gbit/s
+    head = TrialStage(0, 1, 0.0, (Flow(0, 2, 10 * unit), Flow(1, 3, unit)))
+    behind = TrialStage(0, 1, 0.0, (Flow(1, 4, unit),))
+    workload = Workload(
+        5,
+        1e9,
+        (Experiment(0, 0.0, (Stage(0, (head,)),)), Experiment(1, 0.0, (Stage(0, (behind,)),))),
+    )
+    predicted = predicted_scts_s(workload, "fifo-madd", 8)
+    assert predicted is not None
+    assert predicted == predicted_scts_s(workload, "fifo", 8)
+    assert predicted[(1, 0)] == pytest.approx(2.0, rel=1e-9)
 
 
 def test_cli_default_time_scale_matches_the_emulation_default() -> None:
