@@ -576,14 +576,22 @@ def test_an_output_name_a_slip_would_give_is_refused_and_nothing_made(
     assert list(tmp_path.iterdir()) == []
 
 
+WORKLOAD_WRITERS = {
+    "generate": ["workload", "generate", "--jobs", "2", "--out"],
+    "offline": ["workload", "offline", "fb2010", "--max-flows", "400", "--out"],
+    "to-trace": ["workload", "to-trace", "fb2010", "--out"],
+}
+"""The ``beamer workload`` commands that write a workload, up to their ``--out`` value."""
+
+
 @pytest.mark.parametrize(
     ("command", "reader", "summary"),
     [
-        (["workload", "generate", "--jobs", "2", "--out", "-"], "json", "2 experiments"),
-        (["workload", "offline", "fb2010", "--max-flows", "400", "--out", "-"], "trace", "439"),
-        (["workload", "to-trace", "fb2010", "--out", "-"], "trace", "526 coflows"),
+        ([*WORKLOAD_WRITERS["generate"], "-"], "json", "2 experiments"),
+        ([*WORKLOAD_WRITERS["offline"], "-"], "trace", "439"),
+        ([*WORKLOAD_WRITERS["to-trace"], "-"], "trace", "526 coflows"),
     ],
-    ids=["generate", "offline", "to-trace"],
+    ids=list(WORKLOAD_WRITERS),
 )
 def test_workload_out_dash_writes_standard_output_as_the_file_would_be(
     tmp_path: Path,
@@ -611,12 +619,8 @@ def test_workload_out_dash_writes_standard_output_as_the_file_would_be(
 
 @pytest.mark.parametrize(
     "command",
-    [
-        ["workload", "generate", "--jobs", "2", "--out", "./-"],
-        ["workload", "offline", "fb2010", "--max-flows", "400", "--out", "./-"],
-        ["workload", "to-trace", "fb2010", "--out", "./-"],
-    ],
-    ids=["generate", "offline", "to-trace"],
+    [[*writer, "./-"] for writer in WORKLOAD_WRITERS.values()],
+    ids=list(WORKLOAD_WRITERS),
 )
 def test_workload_out_dot_slash_dash_is_a_file_called_dash(
     tmp_path: Path,
