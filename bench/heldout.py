@@ -120,11 +120,14 @@ def earlier_runs(
         figures = {}
         for spec in policies:
             entry = run.get(spec)
-            if not isinstance(entry, dict) or not all(
-                isinstance(entry.get(k), float) for k in ("avg_sct_s", "p99_sct_s")
-            ):
+            numbers = {
+                name: float(value)
+                for name, value in (entry.items() if isinstance(entry, dict) else ())
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            }
+            if not {"avg_sct_s", "p99_sct_s"} <= numbers.keys():
                 raise UserError(f"{path}: no run of {spec} on {setting!r}, seed {seed}")
-            figures[spec] = {k: float(v) for k, v in entry.items() if isinstance(v, float)}
+            figures[spec] = numbers
         out[(setting, seed)] = figures
     return out
 
