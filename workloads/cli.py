@@ -201,9 +201,8 @@ def _generate(args: argparse.Namespace) -> int:
 def _ready_destination(out: Path | StandardOutput) -> str:
     """``--out`` as messages name it, a file shown first to be writable: generating or
     converting a workload takes seconds, not to be lost to a path that cannot be written."""
-    if isinstance(out, StandardOutput):
-        return str(out)
-    output_file_ready(out)
+    if not isinstance(out, StandardOutput):
+        output_file_ready(out)
     return str(out)
 
 
